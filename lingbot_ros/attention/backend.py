@@ -1,0 +1,29 @@
+"""The attention-backend protocol: ``plan(layout)`` once per frame step, ``run(layer, q)``
+per global layer.
+
+Shape contract (one request, non-causal, RoPE already applied to q and to the cached K):
+
+    q    (num_query_tokens, heads, head_dim)   the step's tokens, frame order
+    out  (num_query_tokens, heads, head_dim)   same dtype as q
+
+The backend reads K/V from the cache storage it was built with; ``plan`` freezes the visible
+pages of the step for every layer, so nothing else happens in the per-layer loop.
+"""
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from ..cache.layout import PagedKVLayout
+
+
+@runtime_checkable
+class AttentionBackend(Protocol):
+    name: str
+
+    def plan(self, layout: PagedKVLayout) -> None:
+        """Prepare the step's page table for all layers (no per-layer work later)."""
+
+    def run(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+        """Attend the step's queries to the visible keys of ``layer``."""

@@ -1,0 +1,12 @@
+"""Paged KV cache of the global-attention layers.
+
+Pure-Python bookkeeping (``page_pool``, ``patch_stream``, ``special_stream``, ``page_table``)
+behind two torch doors (``storage``, ``layout``); ``PagedKVCache`` ties them together.
+"""
+from .errors import CacheError, CacheFullError, TransactionError
+from .frame_txn import FrameTxn
+from .kv_cache import PagedKVCache
+from .layout import PagedKVLayout
+
+__all__ = ["CacheError", "CacheFullError", "TransactionError", "FrameTxn", "PagedKVCache",
+           "PagedKVLayout"]

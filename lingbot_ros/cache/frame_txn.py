@@ -1,0 +1,93 @@
+"""FrameTxn: the handle of one speculative step (append -> attend -> commit | rollback).
+
+    txn = cache.begin(num_frames=1)       # checks first; raises before mutating
+    backend.plan(txn.layout)              # once per step
+    for layer in range(num_layers):
+        txn.write(layer, k, v)            # (frames * tokens_per_frame, heads, head_dim), RoPE'd
+        out = backend.run(layer, q)
+    txn.commit()   # or txn.rollback(): exactly once
+
+Used as a context manager it rolls back when the body raises.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .errors import TransactionError
+from .layout import PagedKVLayout
+from .page_table import StepPlan
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from .kv_cache import PagedKVCache
+
+
+class FrameTxn:
+    def __init__(self, cache: "PagedKVCache", plan: StepPlan, layout: PagedKVLayout,
+                 k_slots: "torch.Tensor", v_slots: "torch.Tensor") -> None:
+        self._cache = cache
+        self.plan = plan
+        self.layout = layout
+        self._k_slots = k_slots  # (num_query_tokens,) int64 on the storage device
+        self._v_slots = v_slots
+        self._shape = (layout.num_query_tokens, cache.config.num_heads, cache.config.head_dim)
+        self.state = "pending"
+
+    @property
+    def first_frame(self) -> int:
+        """Time index of the step's first frame (committed frames before the step)."""
+        return self.plan.first_frame
+
+    @property
+    def num_frames(self) -> int:
+        return self.plan.num_frames
+
+    def write(self, layer: int, k: "torch.Tensor", v: "torch.Tensor") -> None:
+        """Store the step's keys and values of one layer, tokens in frame order.
+
+        Each frame contributes ``num_special`` special tokens followed by ``page_size`` patch
+        tokens; ``k`` and ``v`` are ``(num_frames * tokens_per_frame, heads, head_dim)``.
+        """
+        if self.state != "pending":
+            raise TransactionError(f"cannot write: this step is already {self.state}")
+        storage = self._cache.storage
+        for name, t in (("k", k), ("v", v)):
+            if tuple(t.shape) != self._shape:
+                raise TransactionError(
+                    f"{name} has shape {tuple(t.shape)}, the step expects {self._shape} "
+                    f"({self.num_frames} frame(s) x {self._cache.config.tokens_per_frame} tokens)")
+            if t.dtype != storage.dtype or t.device != storage.data.device:
+                raise TransactionError(
+                    f"{name} is {t.dtype} on {t.device}, the cache stores {storage.dtype} on "
+                    f"{storage.data.device}")
+        if not 0 <= layer < self._cache.config.num_layers:
+            raise TransactionError(f"layer {layer} outside [0, {self._cache.config.num_layers})")
+        storage.write(layer, self._k_slots, self._v_slots, k, v)
+
+    def commit(self) -> None:
+        """Keep the step's frames; run the deferred window eviction."""
+        self._finish("commit", "committed", self._cache.table.commit)
+
+    def rollback(self) -> None:
+        """Forget the step's frames: pages, special tail and counters as before ``begin``."""
+        self._finish("roll back", "rolled back", self._cache.table.rollback)
+
+    def _finish(self, verb: str, state: str, action) -> None:
+        if self.state != "pending":
+            raise TransactionError(f"cannot {verb}: this step is already {self.state}")
+        action(self.plan.generation)
+        self.state = state
+
+    def __enter__(self) -> "FrameTxn":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.state != "pending":
+            return
+        if self.plan.generation == self._cache.table.generation:
+            self.rollback()
+        else:
+            self.state = "invalidated by reset"
+        if exc_type is None:
+            raise TransactionError("the step was neither committed nor rolled back; rolled back")

@@ -1,0 +1,93 @@
+"""PagedKVCache: page table + storage + per-step layout, behind one small API.
+
+    cache = PagedKVCache(CacheConfig(...))
+    txn = cache.begin(1)          # FrameTxn: layout, write(), commit(), rollback()
+    cache.info()                  # counters and bytes, for services and diagnostics
+    cache.reset()                 # between sequences; keeps the allocation
+
+The bookkeeping (PageTable) is pure Python and O(1) per frame step; this class only turns its
+plan into tensors once per step. Nothing here runs per layer except ``FrameTxn.write``.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..config import CacheConfig
+from .frame_txn import FrameTxn
+from .layout import PagedKVLayout
+from .page_table import PageTable
+from .special_stream import ceil_div
+from .storage import KVStorage
+
+
+class PagedKVCache:
+    def __init__(self, config: CacheConfig) -> None:
+        self.config = config
+        self.table = PageTable(config)
+        self.storage = KVStorage(config, self.table.num_pages)
+        self._offsets = torch.arange(config.page_size)  # patch-slot offsets within a page
+        self._txn: FrameTxn | None = None
+
+    @property
+    def frames_committed(self) -> int:
+        """Committed frames since reset: the time index of the next frame."""
+        return self.table.frames_committed
+
+    @property
+    def pending(self) -> FrameTxn | None:
+        return self._txn if self.table.pending is not None else None
+
+    def begin(self, num_frames: int = 1) -> FrameTxn:
+        """Start a speculative step of ``num_frames`` frames.
+
+        Raises ``TransactionError`` if a step is pending, ``CacheError`` if the step cannot fit
+        and ``CacheFullError`` if growing the special pool would exceed the byte budget; in
+        every case the cache is unchanged.
+        """
+        short = self.table.special_pages_short(num_frames)  # every check, nothing mutated
+        if short:
+            chunk = ceil_div(self.config.special_chunk_frames * self.config.num_special,
+                              self.config.page_size)
+            grow_by = max(short, chunk)
+            self.storage.grow(grow_by)  # raises CacheFullError over budget, before mutating
+            self.table.add_special_pages(grow_by)
+        plan = self.table.begin(num_frames)
+        layout = PagedKVLayout.from_plan(plan, self.config.page_size,
+                                         self.config.tokens_per_frame)
+        k_slots = self._write_slots(plan)
+        self._txn = FrameTxn(self, plan, layout, k_slots, k_slots + self.config.page_size)
+        return self._txn
+
+    def reset(self) -> None:
+        """Forget all frames (a pending step is invalidated); the allocation is kept."""
+        self.table.reset()
+        self._txn = None
+
+    def info(self) -> dict:
+        """Counters of the committed state plus memory, for services and diagnostics."""
+        stats = self.table.stats()
+        pages_used = stats["patch_pages_used"] + stats["special_pages_used"]
+        stats.update(
+            num_layers=self.config.num_layers,
+            bytes_used=pages_used * self.config.bytes_per_page,
+            bytes_reserved=self.storage.nbytes,
+            max_special_frames=self.config.max_special_frames,
+            dtype=self.config.dtype,
+            device=str(self.storage.device),
+        )
+        return stats
+
+    def check_invariants(self) -> None:
+        self.table.check_invariants()
+        if self.storage.num_pages != self.table.num_pages:
+            raise AssertionError("storage and page table disagree on the page count")
+
+    def _write_slots(self, plan) -> torch.Tensor:
+        """(frames * tokens_per_frame,) int64 K rows the step's tokens go to, frame order."""
+        ps, n = self.config.page_size, plan.num_frames
+        special = torch.tensor([2 * ps * page + offset for page, offset in plan.special_slots],
+                               dtype=torch.int64).view(n, self.config.num_special)
+        patch_base = torch.tensor(plan.patch_pages, dtype=torch.int64) * (2 * ps)
+        patch = patch_base[:, None] + self._offsets[None, :]  # (frames, page_size)
+        rows = torch.cat([special, patch], dim=1).flatten()  # (frames * tokens_per_frame,)
+        return rows.to(self.storage.device, non_blocking=True)

@@ -1,0 +1,179 @@
+"""The page table shared by all global layers, and its frame transactions. Pure Python.
+
+Every global layer has the same layout at a step, so one table serves all of them: a step is
+planned once and its page list is reused by each layer's kernel call. The visible order is
+
+    | scale pages | window pages | special pages (the last one may be partial) |
+
+so that FlashInfer's single ``last_page_len`` describes the only partial page.
+
+A step is a transaction: ``begin(n)`` checks everything first and raises before mutating,
+then reserves the pages and hides what the commit will evict; ``commit()`` runs the deferred
+eviction, ``rollback()`` returns the reserved pages and restores every counter.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import CacheConfig
+from .errors import CacheError, TransactionError
+from .page_pool import PagePool
+from .patch_stream import PatchStream
+from .special_stream import SpecialStream, ceil_div
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    """What one step writes and what its queries see (plain ints, no tensors)."""
+
+    generation: int  # reset counter when the step began; a reset invalidates the step
+    first_frame: int  # time index of the step's first frame (committed frames before it)
+    num_frames: int  # frames in the step (>1 only for the scale-frame phase)
+    patch_pages: tuple[int, ...]  # page of each new frame's patch tokens
+    special_slots: tuple[tuple[int, int], ...]  # (page, offset) of each new special token
+    page_indices: tuple[int, ...]  # visible pages, layout order
+    last_page_len: int  # valid tokens in the last visible page, 1..page_size
+    num_kv_tokens: int  # tokens the queries attend to
+
+
+class PageTable:
+    def __init__(self, config: CacheConfig) -> None:
+        self.config = config
+        ps, nsp = config.page_size, config.num_special
+        num_patch_pages = config.scale_frames + config.window + 1  # +1: the speculative frame
+        if config.max_special_frames is None:
+            num_special_pages = ceil_div(config.special_chunk_frames * nsp, ps) + 1
+        else:
+            num_special_pages = SpecialStream.pages_for_bound(
+                ps, nsp, config.scale_frames, config.max_special_frames)
+        self.patch_pool = PagePool(0, num_patch_pages)
+        self.special_pool = PagePool(num_patch_pages, num_special_pages)
+        self.patches = PatchStream(self.patch_pool, config.scale_frames, config.window)
+        self.specials = SpecialStream(self.special_pool, ps, nsp, config.scale_frames,
+                                      config.max_special_frames)
+        self.generation = 0
+        self.frames_seen = 0  # frames begun since reset (committed + rolled back + pending)
+        self.frames_rolled_back = 0
+        self._pending: StepPlan | None = None
+
+    # -- queries ---------------------------------------------------------------------------
+    @property
+    def num_pages(self) -> int:
+        return self.patch_pool.num_total + self.special_pool.num_total
+
+    @property
+    def frames_committed(self) -> int:
+        """Committed frames since reset: the time index of the next frame."""
+        return self.specials.num_frames
+
+    @property
+    def pending(self) -> StepPlan | None:
+        return self._pending
+
+    def special_pages_short(self, num_frames: int) -> int:
+        """Special pages a step of ``num_frames`` frames lacks (grow the storage by that)."""
+        self._check_can_begin(num_frames)
+        return max(0, self.specials.pages_needed(num_frames) - self.special_pool.num_free)
+
+    def add_special_pages(self, num_pages: int) -> None:
+        """The storage grew by ``num_pages`` pages at the end; hand them to the special pool."""
+        self.special_pool.grow(num_pages)
+
+    # -- transaction -----------------------------------------------------------------------
+    def begin(self, num_frames: int) -> StepPlan:
+        self._check_can_begin(num_frames)
+        if self.specials.pages_needed(num_frames) > self.special_pool.num_free:
+            raise CacheError("special pages must be added before this step (internal error)")
+        first = self.frames_committed
+        patch_pages = self.patches.append(first, num_frames)
+        special_slots = self.specials.append(num_frames)
+        special_pages, last_len = self.specials.visible()
+        pages = self.patches.visible_pages() + special_pages
+        num_kv = (len(pages) - 1) * self.config.page_size + last_len
+        self.frames_seen += num_frames
+        self._pending = StepPlan(self.generation, first, num_frames, tuple(patch_pages),
+                                 tuple(special_slots), tuple(pages), last_len, num_kv)
+        return self._pending
+
+    def commit(self, generation: int) -> None:
+        self._check_pending(generation, "commit")
+        self.patches.commit()
+        self.specials.commit()
+        self._pending = None
+
+    def rollback(self, generation: int) -> None:
+        self._check_pending(generation, "roll back")
+        self.patches.rollback()
+        self.specials.rollback()
+        self.frames_rolled_back += self._pending.num_frames
+        self._pending = None
+
+    def reset(self) -> None:
+        """Forget every frame; a pending step is invalidated. Capacity is kept."""
+        self.patches.reset()
+        self.specials.reset()
+        self.patch_pool.reset()
+        self.special_pool.reset()
+        self.generation += 1
+        self.frames_seen = 0
+        self.frames_rolled_back = 0
+        self._pending = None
+
+    def stats(self) -> dict[str, int]:
+        """Counts of the committed state (a pending step is not counted)."""
+        scale, window = self.patches.num_scale, self.patches.num_window
+        special_pages, special_tokens = self.specials.committed_usage()
+        return {
+            "frames_seen": self.frames_seen,
+            "frames_committed": self.frames_committed,
+            "frames_rolled_back": self.frames_rolled_back,
+            "frames_cached": scale + window,
+            "scale_frames": scale,
+            "window_frames": window,
+            "special_frames": ceil_div(special_tokens, self.config.num_special),
+            "special_tokens": special_tokens,
+            "patch_pages_used": scale + window,
+            "patch_pages_total": self.patch_pool.num_total,
+            "special_pages_used": special_pages,
+            "special_pages_total": self.special_pool.num_total,
+            "page_size": self.config.page_size,
+            "tokens_visible": (scale + window) * self.config.page_size + special_tokens,
+            "step_pending": int(self._pending is not None),
+        }
+
+    # -- checks ----------------------------------------------------------------------------
+    def _check_can_begin(self, num_frames: int) -> None:
+        if not isinstance(num_frames, int) or num_frames < 1:
+            raise CacheError(f"a step needs at least one frame, got {num_frames!r}")
+        if self._pending is not None:
+            raise TransactionError(
+                f"frame {self._pending.first_frame} is still pending: commit() or rollback() it "
+                "before beginning the next step")
+        self.patches.check_append(num_frames)
+        self.specials.pages_needed(num_frames)
+
+    def _check_pending(self, generation: int, verb: str) -> None:
+        if generation != self.generation:
+            raise TransactionError(f"cannot {verb}: the cache was reset after this step began")
+        if self._pending is None:
+            raise TransactionError(f"cannot {verb}: no step is pending (already committed or "
+                                   "rolled back?)")
+
+    def check_invariants(self) -> None:
+        """No page in two places; free + used = total per pool; 1 <= last_page_len <= size."""
+        for pool, owned in ((self.patch_pool, self.patches.all_pages()),
+                            (self.special_pool, self.specials.all_pages())):
+            used, free = pool.used_ids(), pool.free_ids()
+            if len(owned) != len(set(owned)):
+                raise AssertionError(f"a page is owned twice: {sorted(owned)}")
+            if set(owned) != used:
+                raise AssertionError(f"owned pages {sorted(owned)} != used {sorted(used)}")
+            if len(free) != len(set(free)) or used & set(free):
+                raise AssertionError("a page is both free and used, or free twice")
+            if len(free) + len(used) != pool.num_total:
+                raise AssertionError("free + used != total")
+            ids = range(pool.first_id, pool.first_id + pool.num_total)
+            if not used | set(free) <= set(ids):
+                raise AssertionError("a page id outside its pool's range")
+        self.patches.check_invariants()
+        self.specials.check_invariants()

@@ -1,0 +1,157 @@
+"""The special stream: 6 tokens per frame, packed append-only into pages. Pure Python.
+
+Token g (counted since reset; frame k owns tokens 6k..6k+5) lives in chunk g // page_size at
+offset g % page_size; each chunk is backed by one page. Only the last page may be partial.
+
+    pinned chunks (hold the scale frames' specials)   live chunks (oldest first)   tail
+    [c0][c1]                                          [c5][c6] ... [c41]          [c42: partial]
+
+Trajectory-memory bound (``max_frames`` = M, beyond the reference): when a step commits, every
+live chunk whose frames all lie outside the last M frames is released whole. Pinned chunks are
+never released, so the anchor (scale) frames keep their specials. With ``max_frames=None``
+nothing is ever released, as in the reference. Releases are deferred to ``commit()`` but hidden
+from the step's layout at once, like the patch window.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from .errors import CacheError
+from .page_pool import PagePool
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class SpecialStream:
+    def __init__(self, pool: PagePool, page_size: int, tokens_per_frame: int,
+                 scale_frames: int, max_frames: int | None) -> None:
+        self.pool = pool
+        self.page_size = page_size
+        self.tokens_per_frame = tokens_per_frame
+        self.max_frames = max_frames
+        self.num_pinned_chunks = ceil_div(scale_frames * tokens_per_frame, page_size)
+        self.num_tokens = 0  # committed tokens since reset
+        self._pinned: list[tuple[int, int]] = []  # (chunk, page)
+        self._live: deque[tuple[int, int]] = deque()  # (chunk, page), oldest first
+        self._pending: list[tuple[int, int]] = []  # chunks opened by the pending step
+        self._pending_tokens = 0
+        self._num_pending_release = 0
+
+    @staticmethod
+    def pages_for_bound(page_size: int, tokens_per_frame: int, scale_frames: int,
+                        max_frames: int) -> int:
+        """Pages that a bounded stream can ever hold at once (so it never grows)."""
+        pinned = ceil_div(scale_frames * tokens_per_frame, page_size)
+        step = max(1, scale_frames)  # largest step: the scale-frame phase
+        return pinned + ceil_div((max_frames + step) * tokens_per_frame, page_size) + 1
+
+    # -- queries ---------------------------------------------------------------------------
+    @property
+    def num_frames(self) -> int:
+        return self.num_tokens // self.tokens_per_frame
+
+    def pages_needed(self, num_frames: int) -> int:
+        """New pages a step of ``num_frames`` frames opens; raise if the step is not allowed."""
+        if self.max_frames is not None and num_frames > self.max_frames:
+            raise CacheError(f"a step of {num_frames} frames exceeds max_special_frames "
+                             f"({self.max_frames})")
+        return len(self._new_chunks(num_frames))
+
+    def visible(self) -> tuple[list[int], int]:
+        """(pages in order, tokens in the last page), pending step included; ([], 0) if empty."""
+        chunks = (self._pinned + list(self._live)[self._num_pending_release:]
+                  + self._pending)
+        # Pinned chunks opened by the pending step belong before the live ones; they are
+        # only ever opened while no live chunk exists, so appending keeps the order.
+        if not chunks:
+            return [], 0
+        total = self.num_tokens + self._pending_tokens
+        last_len = total - chunks[-1][0] * self.page_size
+        return [p for _, p in chunks], last_len
+
+    def visible_token_range(self) -> list[tuple[int, int]]:
+        """Global token ranges [start, end) that are visible, in layout order."""
+        chunks = (self._pinned + list(self._live)[self._num_pending_release:]
+                  + self._pending)
+        total = self.num_tokens + self._pending_tokens
+        return [(c * self.page_size, min((c + 1) * self.page_size, total)) for c, _ in chunks]
+
+    def committed_usage(self) -> tuple[int, int]:
+        """(pages, retained tokens) of the committed state, ignoring a pending step."""
+        chunks = self._pinned + list(self._live)
+        tokens = sum(min((c + 1) * self.page_size, self.num_tokens) - c * self.page_size
+                     for c, _ in chunks)
+        return len(chunks), tokens
+
+    def all_pages(self) -> list[int]:
+        return [p for _, p in self._pinned + list(self._live) + self._pending]
+
+    # -- transaction -----------------------------------------------------------------------
+    def append(self, num_frames: int) -> list[tuple[int, int]]:
+        """Open the pages the step needs; return its (page, offset) slots in token order."""
+        new_chunks = self._new_chunks(num_frames)
+        self._pending = [(c, self.pool.allocate()) for c in new_chunks]
+        self._pending_tokens = num_frames * self.tokens_per_frame
+        self._num_pending_release = self._count_releasable(self.num_frames + num_frames)
+        tail = [self._live[-1]] if self._live else self._pinned[-1:]
+        page_of = dict(tail + self._pending)
+        start = self.num_tokens
+        return [(page_of[g // self.page_size], g % self.page_size)
+                for g in range(start, start + self._pending_tokens)]
+
+    def commit(self) -> None:
+        for _ in range(self._num_pending_release):
+            _, page = self._live.popleft()
+            self.pool.release(page)
+        for chunk, page in self._pending:
+            (self._pinned if chunk < self.num_pinned_chunks else self._live).append((chunk, page))
+        self.num_tokens += self._pending_tokens
+        self._clear_pending()
+
+    def rollback(self) -> None:
+        for _, page in reversed(self._pending):
+            self.pool.unallocate(page)
+        self._clear_pending()
+
+    def reset(self) -> None:
+        self.num_tokens = 0
+        self._pinned.clear()
+        self._live.clear()
+        self._clear_pending()
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _new_chunks(self, num_frames: int) -> range:
+        first_new = ceil_div(self.num_tokens, self.page_size)  # first chunk not yet opened
+        end_token = self.num_tokens + num_frames * self.tokens_per_frame
+        return range(first_new, ceil_div(end_token, self.page_size))
+
+    def _count_releasable(self, frames_after_commit: int) -> int:
+        if self.max_frames is None:
+            return 0
+        oldest_kept_frame = frames_after_commit - self.max_frames
+        count = 0
+        for chunk, _ in self._live:
+            last_frame = ((chunk + 1) * self.page_size - 1) // self.tokens_per_frame
+            if last_frame >= oldest_kept_frame:
+                break
+            count += 1
+        return count
+
+    def _clear_pending(self) -> None:
+        self._pending = []
+        self._pending_tokens = 0
+        self._num_pending_release = 0
+
+    def check_invariants(self) -> None:
+        chunks = [c for c, _ in self._pinned + list(self._live)]
+        if chunks != sorted(chunks) or len(set(chunks)) != len(chunks):
+            raise AssertionError(f"special chunks out of order: {chunks}")
+        if any(c >= self.num_pinned_chunks for c, _ in self._pinned):
+            raise AssertionError("a live chunk sits in the pinned list")
+        if self.num_tokens and chunks[-1] != (self.num_tokens - 1) // self.page_size:
+            raise AssertionError("the tail chunk is not the one holding the last token")
+        _, last_len = self.visible()
+        if chunks and not 1 <= last_len <= self.page_size:
+            raise AssertionError(f"last_page_len {last_len} outside [1, {self.page_size}]")
