@@ -68,3 +68,30 @@ class CacheConfig:
         """Bytes one page takes over all layers (K and V)."""
         return (self.num_layers * 2 * self.page_size * self.num_heads * self.head_dim
                 * BYTES_PER_ELEMENT[self.dtype])
+
+
+def _optional(value):
+    """ROS parameters have no None: -1 (or a negative number) stands for "unset"."""
+    return None if isinstance(value, (int, float)) and value < 0 else value
+
+
+CACHE_PARAMS = ("scale_frames", "window", "max_special_frames", "special_chunk_frames",
+                "max_cache_bytes", "dtype")
+
+
+def cache_overrides(params: dict) -> dict:
+    """Map ``cache.*`` node parameters onto ``CacheConfig`` keyword arguments.
+
+    Unknown ``cache.*`` keys are an error (a typo must not be silently ignored).
+    """
+    out = {}
+    for key, value in params.items():
+        if not key.startswith("cache."):
+            continue
+        name = key[len("cache."):]
+        if name not in CACHE_PARAMS:
+            raise ValueError(f"unknown parameter {key!r}; known: "
+                             f"{', '.join('cache.' + p for p in CACHE_PARAMS)}")
+        out[name] = _optional(value) if name in ("max_special_frames", "max_cache_bytes") \
+            else value
+    return out

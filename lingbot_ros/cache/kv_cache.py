@@ -58,6 +58,16 @@ class PagedKVCache:
         self._txn = FrameTxn(self, plan, layout, k_slots, k_slots + self.config.page_size)
         return self._txn
 
+    def current_layout(self) -> PagedKVLayout | None:
+        """Layout of what a query would see now (pending step included); None when empty.
+
+        For inspection and tests; a step's own layout is ``FrameTxn.layout``.
+        """
+        pages, last_len, num_kv = self.table.visible()
+        if not pages:
+            return None
+        return PagedKVLayout.from_pages(pages, last_len, num_kv, self.config.page_size, 0)
+
     def reset(self) -> None:
         """Forget all frames (a pending step is invalidated); the allocation is kept."""
         self.table.reset()

@@ -30,9 +30,13 @@ class PagedKVLayout:
 
     @staticmethod
     def from_plan(plan: StepPlan, page_size: int, tokens_per_frame: int) -> "PagedKVLayout":
+        return PagedKVLayout.from_pages(plan.page_indices, plan.last_page_len, plan.num_kv_tokens,
+                                        page_size, plan.num_frames * tokens_per_frame)
+
+    @staticmethod
+    def from_pages(pages, last_page_len: int, num_kv_tokens: int, page_size: int,
+                   num_query_tokens: int) -> "PagedKVLayout":
         pin = torch.cuda.is_available()
-        num_q = plan.num_frames * tokens_per_frame
-        num_pages = len(plan.page_indices)
 
         def i32(values):
             t = torch.tensor(values, dtype=torch.int32)
@@ -40,12 +44,12 @@ class PagedKVLayout:
 
         return PagedKVLayout(
             page_size=page_size,
-            num_query_tokens=num_q,
-            num_kv_tokens=plan.num_kv_tokens,
-            qo_indptr=i32([0, num_q]),
-            kv_indptr=i32([0, num_pages]),
-            kv_indices=i32(plan.page_indices),
-            kv_last_page_len=i32([plan.last_page_len]),
+            num_query_tokens=num_query_tokens,
+            num_kv_tokens=num_kv_tokens,
+            qo_indptr=i32([0, num_query_tokens]),
+            kv_indptr=i32([0, len(pages)]),
+            kv_indices=i32(list(pages)),
+            kv_last_page_len=i32([last_page_len]),
         )
 
     def token_slots(self) -> torch.Tensor:

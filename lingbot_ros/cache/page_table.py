@@ -79,6 +79,14 @@ class PageTable:
         """The storage grew by ``num_pages`` pages at the end; hand them to the special pool."""
         self.special_pool.grow(num_pages)
 
+    def visible(self) -> tuple[list[int], int, int]:
+        """(pages, last_page_len, kv tokens) of the current state, a pending step included."""
+        special_pages, last_len = self.specials.visible()
+        pages = self.patches.visible_pages() + special_pages
+        if not special_pages:  # nothing committed or pending
+            return [], 0, 0
+        return pages, last_len, (len(pages) - 1) * self.config.page_size + last_len
+
     # -- transaction -----------------------------------------------------------------------
     def begin(self, num_frames: int) -> StepPlan:
         self._check_can_begin(num_frames)
@@ -87,9 +95,7 @@ class PageTable:
         first = self.frames_committed
         patch_pages = self.patches.append(first, num_frames)
         special_slots = self.specials.append(num_frames)
-        special_pages, last_len = self.specials.visible()
-        pages = self.patches.visible_pages() + special_pages
-        num_kv = (len(pages) - 1) * self.config.page_size + last_len
+        pages, last_len, num_kv = self.visible()
         self.frames_seen += num_frames
         self._pending = StepPlan(self.generation, first, num_frames, tuple(patch_pages),
                                  tuple(special_slots), tuple(pages), last_len, num_kv)

@@ -1,0 +1,38 @@
+# Two entry points (README "Quick start"): `make demo` and `make test`. Both create .venv on
+# first use and are idempotent: the venv is rebuilt only when the install inputs change.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.lingbot_ros-installed
+# CPU build, installed from the local wheel on dev/CI machines; override for a CUDA build.
+TORCH_SPEC ?= torch==2.13.0
+PYTEST_ARGS ?=
+
+# ROS traffic stays on loopback, in a random domain (ROS_LOCALHOST_ONLY alone still multicasts).
+export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
+export ROS_DOMAIN_ID ?= $(shell python3 -c 'import random; print(random.randint(1, 100))')
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: demo test venv bench-cache clean
+
+venv: $(STAMP)
+
+$(STAMP): setup.py setup.cfg package.xml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@
+
+demo: $(STAMP)
+	$(PY) -m lingbot_ros.tools.demo
+
+# pytest exits 5 when it collects nothing (e.g. a -k filter that matches no test): say so.
+test: $(STAMP)
+	@rc=0; $(PY) -m pytest $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests"; exit 1; fi; exit $$rc
+
+bench-cache: $(STAMP)
+	$(PY) -m lingbot_ros.tools.bench_cache
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""Console entry points: demo, benchmarks, parity check (and later the offline runner)."""

@@ -1,0 +1,143 @@
+"""lingbot-ros-bench-cache: cost of the cache bookkeeping (CPU) and of one attention call (GPU).
+
+1. Bookkeeping per frame step at the released geometry (page 972 = 378x504, 8 scale + 64
+   window frames), steady state, keyframes and rolled-back non-keyframes alternating: the
+   pure-Python page table alone, and the whole ``PagedKVCache.begin`` (layout and write-slot
+   tensors) + commit/rollback.
+2. On a CUDA machine: one global-attention call per layer (978 queries = 972 patches + 6
+   specials, 16 heads x 64, bf16) at full window, for FlashInfer fa2, fa3 and torch_ref,
+   with a short and a long trajectory memory. CUDA-event medians.
+
+Prints a table and writes JSON (``--out``). Not a test: numbers, not assertions.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+from ..attention import make_backend
+from ..cache import PagedKVCache
+from ..cache.page_table import PageTable
+from ..config import CacheConfig
+
+GEOMETRY = dict(page_size=972, scale_frames=8, window=64)
+
+
+def _median_us(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter_ns()
+        fn()
+        times.append((time.perf_counter_ns() - t0) / 1e3)
+    return statistics.median(times)
+
+
+def bench_bookkeeping(repeat: int) -> dict:
+    out = {}
+    for bound in (None, 2048):
+        # Bookkeeping only (no storage): give the unbounded table room for every step.
+        cfg = CacheConfig(num_layers=24, num_heads=16, head_dim=64, max_special_frames=bound,
+                          special_chunk_frames=repeat + 1000, **GEOMETRY)
+        table = PageTable(cfg)
+        for _ in range(400):  # past warm-up: window full, specials several pages long
+            table.begin(1)
+            table.commit(table.generation)
+        flip = [False]
+
+        def step():
+            table.begin(1)
+            flip[0] = not flip[0]
+            (table.commit if flip[0] else table.rollback)(table.generation)
+
+        key = "unbounded" if bound is None else f"max_special_frames_{bound}"
+        out[f"page_table_step_us_{key}"] = _median_us(step, repeat)
+    # The whole begin (layout + write-slot tensors) on a storage with one tiny layer: the
+    # bookkeeping does not depend on layers, heads or head_dim.
+    cache = PagedKVCache(CacheConfig(num_layers=1, num_heads=1, head_dim=1,
+                                     max_special_frames=2048, **GEOMETRY))
+    for _ in range(400):
+        cache.begin(1).commit()
+    flip = [False]
+
+    def full_step():
+        txn = cache.begin(1)
+        flip[0] = not flip[0]
+        txn.commit() if flip[0] else txn.rollback()
+
+    out["cache_step_us_with_tensors"] = _median_us(full_step, repeat)
+    return out
+
+
+def bench_attention(frames: int, repeat: int) -> dict:
+    cfg = CacheConfig(num_layers=1, num_heads=16, head_dim=64, dtype="bfloat16", device="cuda",
+                      **GEOMETRY)
+    cache = PagedKVCache(cfg)
+    kv = torch.randn(cfg.tokens_per_frame, 16, 64, device="cuda", dtype=torch.bfloat16)
+    cache.begin(8)
+    cache.pending.write(0, torch.cat([kv] * 8), torch.cat([kv] * 8))
+    cache.pending.commit()
+    while cache.frames_committed < frames - 1:
+        txn = cache.begin(1)
+        txn.write(0, kv, kv)
+        txn.commit()
+    txn = cache.begin(1)
+    txn.write(0, kv, kv)
+    q = torch.randn_like(kv)
+    result = {"frames": frames, "num_kv_tokens": txn.layout.num_kv_tokens,
+              "num_pages": txn.layout.num_pages}
+    for name, variant in (("fa2", "fa2"), ("fa3", "fa3"), ("torch_ref", None)):
+        backend = (make_backend("torch_ref", cache.storage) if variant is None
+                   else make_backend("flashinfer", cache.storage, variant=variant))
+        t0 = time.perf_counter()
+        backend.plan(txn.layout)
+        backend.run(0, q)  # first run JIT-compiles FlashInfer kernels
+        torch.cuda.synchronize()
+        first_s = time.perf_counter() - t0
+        plan_us = _median_us(lambda: backend.plan(txn.layout), 50)
+        times = []
+        for _ in range(repeat):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            backend.run(0, q)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        result[name] = {"run_ms_median": statistics.median(times), "plan_us_median": plan_us,
+                        "first_call_s": first_s}
+    txn.rollback()
+    return result
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="lingbot-ros-bench-cache", description=__doc__.splitlines()[0])
+    p.add_argument("--repeat", type=int, default=2000, help="timed repetitions (default 2000)")
+    p.add_argument("--out", default="bench_cache.json", help="JSON output path")
+    args = p.parse_args(argv)
+    report = {"torch": torch.__version__, "bookkeeping": bench_bookkeeping(args.repeat)}
+    for key, value in report["bookkeeping"].items():
+        print(f"{key:<45} {value:9.1f} us")
+    if torch.cuda.is_available():
+        report["gpu"] = torch.cuda.get_device_name()
+        report["attention"] = [bench_attention(frames, min(args.repeat, 500))
+                               for frames in (72, 400, 3000)]
+        for row in report["attention"]:
+            print(f"attention @ {row['frames']} frames ({row['num_kv_tokens']} keys, "
+                  f"{row['num_pages']} pages):")
+            for name in ("fa2", "fa3", "torch_ref"):
+                print(f"  {name:<10} {row[name]['run_ms_median']:7.3f} ms/call   plan "
+                      f"{row[name]['plan_us_median']:7.1f} us")
+    else:
+        print("no CUDA device: attention timings skipped (run on a GPU machine)")
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=2)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""lingbot_ros: an ament_python ROS 2 package that is also a plain pip package."""
+from glob import glob
+
+from setuptools import find_packages, setup
+
+PACKAGE = "lingbot_ros"
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    description="Realtime camera poses from LingBot-Map's streaming transformer on a paged "
+                "GPU KV cache, as a ROS 2 node",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(exclude=["tests", "tests.*"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
+        (f"share/{PACKAGE}", ["package.xml"]),
+        (f"share/{PACKAGE}/config", glob("config/*.yaml")),
+        (f"share/{PACKAGE}/msg", glob("msg/*.msg")),
+    ],
+    # torch is not pinned here: robots bring their own CUDA build; the Makefile installs the
+    # CPU build for development and CI before this package.
+    install_requires=["setuptools", "numpy", "pyyaml", "torch>=2.4"],
+    extras_require={
+        "test": ["pytest>=8,<9", "hypothesis>=6.100"],
+        "gpu": ["flashinfer-python>=0.6"],
+    },
+    zip_safe=True,
+    entry_points={
+        "console_scripts": [
+            "lingbot-ros-demo = lingbot_ros.tools.demo:main",
+            "lingbot-ros-bench-cache = lingbot_ros.tools.bench_cache:main",
+        ],
+    },
+)

@@ -1,0 +1,148 @@
+"""Hypothesis stateful test: >= 10,000 random cache operations against a naive model.
+
+After every operation the K/V gathered from the pages equals the naive expectation token for
+token, the invariants hold, and misuse leaves the state untouched.
+"""
+from __future__ import annotations
+
+import hypothesis.strategies as st
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,
+                                 rule, run_state_machine_as_test)
+
+from lingbot_ros.cache import CacheError, PagedKVCache, TransactionError
+from lingbot_ros.config import CacheConfig
+from tests.cache.naive_model import NaiveCache, expected_kv, frame_kv, state_info
+
+NUM_LAYERS = 2
+OPS = {"count": 0}
+
+
+def snapshot(cache: PagedKVCache):
+    t = cache.table
+    return (state_info(cache), t.patch_pool.free_ids(), t.special_pool.free_ids(),
+            t.patches.visible_pages(), t.specials.visible())
+
+
+class CacheMachine(RuleBasedStateMachine):
+    @initialize(page_size=st.integers(2, 5), scale=st.integers(0, 3), window=st.integers(1, 4),
+                bound=st.one_of(st.none(), st.integers(3, 6)), chunk=st.integers(1, 3))
+    def setup(self, page_size, scale, window, bound, chunk):
+        self.cfg = CacheConfig(num_layers=NUM_LAYERS, num_heads=1, head_dim=2,
+                               page_size=page_size, scale_frames=scale, window=window,
+                               max_special_frames=bound, special_chunk_frames=chunk)
+        self.cache = PagedKVCache(self.cfg)
+        self.naive = NaiveCache(page_size, scale, window, bound)
+        self.txn = None
+        self.done = None  # the last finished step, for misuse checks
+        self.next_uid = 1
+
+    def _step_frames_ok(self, n: int) -> bool:
+        """Whether the cache must accept a step of n frames (the naive rule)."""
+        pinned_free = max(0, self.cfg.scale_frames - len(self.naive.committed))
+        windowed = n - min(n, pinned_free)
+        bound_ok = self.cfg.max_special_frames is None or n <= self.cfg.max_special_frames
+        free_pages = self.cache.table.patch_pool.num_free
+        return windowed <= self.cfg.window and bound_ok and n <= free_pages
+
+    @precondition(lambda self: self.txn is None)
+    @rule(n=st.sampled_from([1, 1, 1, 1, 2, 3, 5]))
+    def begin(self, n):
+        OPS["count"] += 1
+        if not self._step_frames_ok(n):
+            before = snapshot(self.cache)
+            with pytest.raises(CacheError):
+                self.cache.begin(n)
+            assert snapshot(self.cache) == before
+            return
+        self.txn = self.cache.begin(n)
+        uids = list(range(self.next_uid, self.next_uid + n))
+        self.next_uid += n
+        assert self.txn.first_frame == len(self.naive.committed)
+        kvs = [frame_kv(u, NUM_LAYERS, self.cfg.tokens_per_frame) for u in uids]
+        for layer in range(NUM_LAYERS):
+            k = torch.cat([kv[0][layer] for kv in kvs])  # (n * tokens_per_frame, 1, 2)
+            v = torch.cat([kv[1][layer] for kv in kvs])
+            self.txn.write(layer, k, v)
+        self.naive.pending = uids
+
+    @precondition(lambda self: self.txn is not None)
+    @rule()
+    def commit(self):
+        OPS["count"] += 1
+        self.txn.commit()
+        self.naive.committed += self.naive.pending
+        self.naive.pending = []
+        self.txn, self.done = None, self.txn
+
+    @precondition(lambda self: self.txn is not None)
+    @rule()
+    def rollback(self):
+        OPS["count"] += 1
+        self.txn.rollback()
+        self.naive.pending = []
+        self.txn, self.done = None, self.txn
+
+    @rule()
+    def reset(self):
+        OPS["count"] += 1
+        old = self.txn
+        self.cache.reset()
+        self.naive.committed, self.naive.pending, self.txn = [], [], None
+        if old is not None:  # a step begun before the reset can no longer land
+            with pytest.raises(TransactionError):
+                old.commit()
+            self.done = old
+
+    @rule(which=st.sampled_from(["commit", "rollback", "begin", "write", "bad_shape"]))
+    def misuse(self, which):
+        """Double commit, rollback with nothing pending, a second step, bad writes."""
+        OPS["count"] += 1
+        if which in ("begin", "bad_shape") and self.txn is None:
+            return
+        if which in ("commit", "rollback", "write") and self.done is None:
+            return
+        before = snapshot(self.cache)
+        with pytest.raises(TransactionError):
+            if which == "begin":
+                self.cache.begin(1)
+            elif which == "bad_shape":
+                self.txn.write(0, torch.zeros(1, 1, 2), torch.zeros(1, 1, 2))
+            elif which == "write":
+                self.done.write(0, torch.zeros(1, 1, 2), torch.zeros(1, 1, 2))
+            else:
+                getattr(self.done, which)()
+        assert snapshot(self.cache) == before
+
+    @invariant()
+    def matches_naive_model(self):
+        if not hasattr(self, "cache"):
+            return
+        self.cache.check_invariants()
+        visible = self.naive.visible()
+        layout = self.cache.current_layout()
+        if layout is None:
+            assert visible == []
+            return
+        assert layout.num_kv_tokens == len(visible)
+        assert 1 <= int(layout.kv_last_page_len) <= self.cfg.page_size
+        rows = layout.token_slots()
+        for layer in range(NUM_LAYERS):
+            flat = self.cache.storage.layer_tokens(layer)
+            k_exp, v_exp = expected_kv(visible, layer)
+            assert torch.equal(flat[rows], k_exp)
+            assert torch.equal(flat[rows + self.cfg.page_size], v_exp)
+        info = self.cache.info()
+        assert info["frames_committed"] == len(self.naive.committed)
+        assert info["frames_cached"] == min(len(self.naive.committed), self.cfg.scale_frames) + \
+            min(max(0, len(self.naive.committed) - self.cfg.scale_frames), self.cfg.window)
+
+
+def test_random_operations_match_naive_model():
+    OPS["count"] = 0
+    run_state_machine_as_test(CacheMachine, settings=settings(
+        max_examples=300, stateful_step_count=60, deadline=None, derandomize=True,
+        database=None, suppress_health_check=list(HealthCheck)))
+    assert OPS["count"] >= 10_000, OPS["count"]
