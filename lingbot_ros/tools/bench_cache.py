@@ -88,6 +88,9 @@ def bench_attention(frames: int, repeat: int) -> dict:
     txn = cache.begin(1)
     txn.write(0, kv, kv)
     q = torch.randn_like(kv)
+    reference = make_backend("torch_ref", cache.storage)
+    reference.plan(txn.layout)
+    expected = reference.run(0, q).float()
     result = {"frames": frames, "num_kv_tokens": txn.layout.num_kv_tokens,
               "num_pages": txn.layout.num_pages}
     for name, variant in (("fa2", "fa2"), ("fa3", "fa3"), ("torch_ref", None)):
@@ -107,8 +110,10 @@ def bench_attention(frames: int, repeat: int) -> dict:
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end))
+        out = backend.run(0, q).float()
         result[name] = {"run_ms_median": statistics.median(times), "plan_us_median": plan_us,
-                        "first_call_s": first_s}
+                        "first_call_s": first_s, "has_nan": bool(out.isnan().any()),
+                        "rel_err_vs_torch_ref": ((out - expected).norm() / expected.norm()).item()}
     txn.rollback()
     return result
 
@@ -129,8 +134,10 @@ def main(argv=None) -> int:
             print(f"attention @ {row['frames']} frames ({row['num_kv_tokens']} keys, "
                   f"{row['num_pages']} pages):")
             for name in ("fa2", "fa3", "torch_ref"):
-                print(f"  {name:<10} {row[name]['run_ms_median']:7.3f} ms/call   plan "
-                      f"{row[name]['plan_us_median']:7.1f} us")
+                r = row[name]
+                print(f"  {name:<10} {r['run_ms_median']:7.3f} ms/call   plan "
+                      f"{r['plan_us_median']:7.1f} us   rel err {r['rel_err_vs_torch_ref']:.1e}"
+                      f"{'  NaN!' if r['has_nan'] else ''}")
     else:
         print("no CUDA device: attention timings skipped (run on a GPU machine)")
     with open(args.out, "w") as f:
