@@ -21,7 +21,7 @@ setup(
     ],
     # torch is not pinned here: robots bring their own CUDA build; the Makefile installs the
     # CPU build for development and CI before this package.
-    install_requires=["setuptools", "numpy", "pyyaml", "torch>=2.4"],
+    install_requires=["setuptools", "numpy", "pyyaml", "safetensors>=0.4", "torch>=2.4"],
     extras_require={
         "test": ["pytest>=8,<9", "hypothesis>=6.100"],
         "gpu": ["flashinfer-python>=0.6"],
@@ -31,6 +31,7 @@ setup(
         "console_scripts": [
             "lingbot-ros-demo = lingbot_ros.tools.demo:main",
             "lingbot-ros-bench-cache = lingbot_ros.tools.bench_cache:main",
+            "lingbot-ros-parity = lingbot_ros.tools.parity:main",
         ],
     },
 )

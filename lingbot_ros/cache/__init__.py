@@ -3,10 +3,11 @@
 Pure-Python bookkeeping (``page_pool``, ``patch_stream``, ``special_stream``, ``page_table``)
 behind two torch doors (``storage``, ``layout``); ``PagedKVCache`` ties them together.
 """
+from .camera_cache import CameraCacheTxn, CameraKVCache
 from .errors import CacheError, CacheFullError, TransactionError
 from .frame_txn import FrameTxn
 from .kv_cache import PagedKVCache
 from .layout import PagedKVLayout
 
-__all__ = ["CacheError", "CacheFullError", "TransactionError", "FrameTxn", "PagedKVCache",
+__all__ = ["CameraCacheTxn", "CameraKVCache", "CacheError", "CacheFullError", "TransactionError", "FrameTxn", "PagedKVCache",
            "PagedKVLayout"]

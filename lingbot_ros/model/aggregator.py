@@ -1,0 +1,149 @@
+"""The aggregator: DINO patch tokens + special tokens through alternating frame/global blocks.
+
+One call is one streaming step of ``n`` frames (``n`` = the scale frames on an empty cache,
+else 1). Frame blocks attend within each frame; global blocks attend, per layer, over what
+the paged KV cache makes visible (anchor frames, the window, the specials of every committed
+frame, and the step's own tokens), reading and writing it only through the step's
+transaction and the attention backend that are passed in.
+
+Token layout per frame: ``[camera, reg_0 .. reg_{R-1}, scale, patch_0 .. patch_{h*w-1}]``.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+import torch
+from torch import Tensor, nn
+
+from .config import AggregatorConfig, DinoConfig
+from .dino import DinoEncoder
+from .layers import Block
+from .rope import FrameRope, VideoRope
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..attention.backend import AttentionBackend
+    from ..cache.frame_txn import FrameTxn
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+class GlobalBlock(Block):
+    """A block whose attention runs over the paged KV cache of its layer."""
+
+    def forward_cached(self, x: Tensor, rope: VideoRope, txn: "FrameTxn",
+                       backend: "AttentionBackend", layer: int, kv_dtype: torch.dtype,
+                       debug: Optional[dict] = None) -> Tensor:
+        """Args:
+            x: (N, C) the step's tokens, frame order (N = frames x tokens per frame).
+            rope: 3D rotation for those tokens.
+            txn: the step's cache transaction (K/V of this layer are written to it).
+            backend: attention over the visible pages (planned for this step).
+            layer: global block index = cache layer.
+            kv_dtype: cache storage dtype (q is cast to it as well).
+        Returns:
+            (N, C).
+        """
+        q, k, v = self.attn.project_qkv(self.norm1(x))  # (N, h, d) each
+        q, k = rope(q), rope(k)
+        txn.write(layer, k.to(kv_dtype), v.to(kv_dtype))
+        out = backend.run(layer, q.to(kv_dtype))  # (N, h, d)
+        out = self.attn.proj(out.reshape(x.shape[0], -1))  # (N, C)
+        if debug is not None:
+            debug["global_block0_attn_out"] = out.detach().clone()
+        x = x + self.ls1(out)
+        return self.ffn_residual(x)
+
+
+class Aggregator(nn.Module):
+    def __init__(self, config: AggregatorConfig, dino: DinoConfig, patch_size: int) -> None:
+        super().__init__()
+        c = config
+        self.config = c
+        self.patch_size = patch_size
+        self.patch_embed = DinoEncoder(dino, patch_size)
+        block_args = dict(qk_norm=c.qk_norm, norm_eps=c.norm_eps, layerscale_init=c.layerscale_init)
+        self.frame_blocks = nn.ModuleList(
+            Block(c.embed_dim, c.num_heads, c.mlp_ratio, **block_args) for _ in range(c.depth))
+        self.global_blocks = nn.ModuleList(
+            GlobalBlock(c.embed_dim, c.num_heads, c.mlp_ratio, **block_args)
+            for _ in range(c.depth))
+        # Index 0 of dim 1: the "first" variant; index 1: every other frame.
+        self.camera_token = nn.Parameter(torch.zeros(1, 2, 1, c.embed_dim))
+        self.register_token = nn.Parameter(torch.zeros(1, 2, c.num_register_tokens, c.embed_dim))
+        self.scale_token = nn.Parameter(torch.zeros(1, 2, 1, c.embed_dim))
+        self.register_buffer("image_mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1),
+                             persistent=False)
+        self.register_buffer("image_std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1),
+                             persistent=False)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.camera_token.dtype
+
+    def special_tokens(self, first_frame: int, num_frames: int, num_scale_frames: int) -> Tensor:
+        """Camera, register and scale tokens of frames ``first_frame ..``.
+
+        Camera and register tokens use variant 0 only for frame 0; the scale token uses
+        variant 0 for the first ``num_scale_frames`` frames (at least frame 0).
+
+        Returns:
+            (n, num_special, C).
+        """
+        f = torch.arange(first_frame, first_frame + num_frames, device=self.camera_token.device)
+        first = (f == 0).long()  # 1 -> variant 0
+        scale = (f < max(1, num_scale_frames)).long()
+        camera = self.camera_token[0, 1 - first]  # (n, 1, C)
+        registers = self.register_token[0, 1 - first]  # (n, R, C)
+        scale_tok = self.scale_token[0, 1 - scale]  # (n, 1, C)
+        return torch.cat([camera, registers, scale_tok], dim=1)  # (n, S, C)
+
+    def forward(self, images: Tensor, txn: "FrameTxn", backend: "AttentionBackend",
+                num_scale_frames: int, debug: Optional[dict] = None) -> list[Tensor]:
+        """One streaming step.
+
+        Args:
+            images: (n, 3, H, W) RGB in [0, 1]; n = ``txn.num_frames``.
+            txn: the step's paged-cache transaction (``first_frame`` = time index of frame 0).
+            backend: attention backend over the cache storage; planned here, once.
+            num_scale_frames: frames (from the start of the stream) that get the first
+                scale-token variant; the phase-1 size.
+            debug: if a dict, receives intermediates of this step (see ``GCTModel.step``).
+        Returns:
+            The selected layers, each (n, T, 2C): concat of frame- and global-block outputs.
+        """
+        n, _, height, width = images.shape
+        c = self.config
+        grid_hw = (height // self.patch_size, width // self.patch_size)
+        normed = (images - self.image_mean) / self.image_std
+        patches = self.patch_embed(normed)  # (n, h*w, C)
+        specials = self.special_tokens(txn.first_frame, n, num_scale_frames)  # (n, S, C)
+        x = torch.cat([specials, patches], dim=1)  # (n, T, C)
+        tokens = x.shape[1]
+        if debug is not None:
+            debug["dino_patch_tokens"] = patches.detach().clone()
+
+        frame_rope = FrameRope.for_grid(grid_hw, c.num_special_tokens, c.head_dim,
+                                        c.frame_rope_base, x.device)
+        video_rope = VideoRope.for_frames(txn.first_frame, n, grid_hw, c.num_special_tokens,
+                                          c.video_rope_dims, c.video_rope_theta, x.device)
+        backend.plan(txn.layout)
+
+        selected = []
+        for i in range(c.depth):
+            x = self.frame_blocks[i](x, frame_rope)  # (n, T, C)
+            frame_out = x
+            block_debug = {} if (debug is not None and i == 0) else None
+            x = self.global_blocks[i].forward_cached(  # (n, T, C) -> (n*T, C): one sequence
+                x.reshape(n * tokens, -1), video_rope, txn, backend, i, self.dtype, block_debug)
+            x = x.reshape(n, tokens, -1)  # (n*T, C) -> (n, T, C)
+            if block_debug is not None:
+                debug["frame_block0_out"] = frame_out.detach().clone()
+                debug["global_block0_attn_out"] = block_debug["global_block0_attn_out"].reshape(
+                    n, tokens, -1)  # (n, T, C)
+                debug["global_block0_out"] = x.detach().clone()
+            if i in c.selected_layers:
+                selected.append(torch.cat([frame_out, x], dim=-1))  # (n, T, 2C)
+        if debug is not None:
+            debug["aggregator_selected_layers"] = torch.stack(selected).detach().clone()
+        return selected

@@ -1,0 +1,121 @@
+"""Transformer building blocks shared by DINO, the aggregator and the camera head.
+
+Parameter names follow the official checkpoints (``norm1``, ``attn.qkv``, ``attn.q_norm``,
+``attn.k_norm``, ``attn.proj``, ``ls1.gamma``, ``norm2``, ``mlp.fc1``, ``mlp.fc2``,
+``ls2.gamma``). Modules are stateless: everything a forward needs is an argument.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+RopeFn = Callable[[Tensor], Tensor]  # rotates q or k of shape (B, heads, N, head_dim)
+
+
+class Mlp(nn.Module):
+    """fc1 -> exact GELU -> fc2."""
+
+    def __init__(self, dim: int, hidden: int, out_dim: Optional[int] = None) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.fc2 = nn.Linear(hidden, out_dim or dim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class LayerScale(nn.Module):
+    """Per-channel residual scale ``x * gamma``."""
+
+    def __init__(self, dim: int, init: float) -> None:
+        super().__init__()
+        self.gamma = nn.Parameter(torch.full((dim,), float(init)))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * self.gamma
+
+
+class Attention(nn.Module):
+    """Multi-head attention weights (qkv, optional per-head q/k LayerNorm, proj).
+
+    ``forward`` is plain full self-attention over a batch; ``project_qkv`` gives the normed
+    per-token heads for callers that attend against a cache (global blocks, camera head).
+    """
+
+    def __init__(self, dim: int, num_heads: int, qk_norm: bool = False,
+                 norm_eps: float = 1e-5) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.q_norm = nn.LayerNorm(self.head_dim, eps=norm_eps) if qk_norm else nn.Identity()
+        self.k_norm = nn.LayerNorm(self.head_dim, eps=norm_eps) if qk_norm else nn.Identity()
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: Tensor, rope: Optional[RopeFn] = None) -> Tensor:
+        """Self-attention of every sequence in the batch over itself.
+
+        Args:
+            x: (B, N, C) normed tokens.
+            rope: optional rotation applied to q and k after their norms.
+        Returns:
+            (B, N, C) projected attention output.
+        """
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.num_heads, self.head_dim)  # (B, N, 3, h, d)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # (B, h, N, d) each
+        q, k = self.q_norm(q), self.k_norm(k)
+        if rope is not None:
+            q, k = rope(q), rope(k)
+        out = F.scaled_dot_product_attention(q, k, v)  # (B, h, N, d)
+        return self.proj(out.transpose(1, 2).reshape(b, n, c))  # (B, N, C)
+
+    def project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Per-token heads of a flat token list.
+
+        Args:
+            x: (N, C) normed tokens.
+        Returns:
+            q, k, v: (N, heads, head_dim) each; q and k went through their norms.
+        """
+        n = x.shape[0]
+        q, k, v = self.qkv(x).reshape(n, 3, self.num_heads, self.head_dim).unbind(1)  # (N, h, d)
+        return self.q_norm(q), self.k_norm(k), v
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Non-causal attention of flat queries over flat keys (one sequence).
+
+    Args:
+        q: (Nq, heads, d); k, v: (Nk, heads, d).
+    Returns:
+        (Nq, heads * d).
+    """
+    out = F.scaled_dot_product_attention(  # (1, h, Nq, d)
+        q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None])
+    return out[0].transpose(0, 1).reshape(q.shape[0], -1)  # (Nq, h * d)
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block with LayerScale: x + ls1(attn(norm1 x)); x + ls2(mlp(norm2 x))."""
+
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float, *, qk_norm: bool = False,
+                 norm_eps: float = 1e-5, layerscale_init: float = 1.0) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
+        self.attn = Attention(dim, num_heads, qk_norm=qk_norm, norm_eps=norm_eps)
+        self.ls1 = LayerScale(dim, layerscale_init)
+        self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio))
+        self.ls2 = LayerScale(dim, layerscale_init)
+
+    def forward(self, x: Tensor, rope: Optional[RopeFn] = None) -> Tensor:
+        """Args: x (B, N, C); rope as in ``Attention.forward``. Returns (B, N, C)."""
+        x = x + self.ls1(self.attn(self.norm1(x), rope))
+        return self.ffn_residual(x)
+
+    def ffn_residual(self, x: Tensor) -> Tensor:
+        return x + self.ls2(self.mlp(self.norm2(x)))

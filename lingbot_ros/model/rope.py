@@ -1,0 +1,131 @@
+"""Rotary position embeddings: 2D in the frame blocks, 3D ("video") in the global blocks.
+
+Both are computed on demand from integer positions; there is no fixed-length table.
+
+2D (frame blocks), rotate-half convention: the head is split into a y half and an x half; in
+each half, channel i pairs with i + d/4 and rotates by ``pos * base^(-4i/d)``. Special tokens
+sit at (0, 0) (identity rotation), patch (y, x) at (y + 1, x + 1).
+
+3D (global blocks), interleaved convention: channels (2i, 2i + 1) form a pair. The first
+``dims[0]`` channels rotate by the time index f, the next ``dims[1]`` by y, the last
+``dims[2]`` by x, each with frequencies ``theta^(-2i/dim)``. Special token i of frame f sits
+at (f, i, i); patch (y, x) of frame f at (f, S + y, S + x) with S the number of specials.
+
+Time index: f is the number of frames committed to the KV cache before the frame (since the
+last reset), so non-keyframes that were rolled back do not advance it. The reference reads
+angles from a table of ``max_frame_num`` = 1024 rows and crashes once f reaches it; here the
+angles are ``f * freq`` computed in float64 for any f, so a stream never crashes on length.
+Past the trained range (about 320 cached views) the model's accuracy degrades; bound the
+stream with keyframes or resets, not with this code.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class FrameRope:
+    """2D rotation of (B, heads, N, head_dim) tensors for one frame's token layout."""
+
+    def __init__(self, cos_y: Tensor, sin_y: Tensor, cos_x: Tensor, sin_x: Tensor) -> None:
+        self.cos_y, self.sin_y, self.cos_x, self.sin_x = cos_y, sin_y, cos_x, sin_x  # (N, d/2)
+        self._cast: dict[torch.dtype, tuple[Tensor, ...]] = {}  # per-step value, not module state
+
+    @staticmethod
+    def for_grid(grid_hw: tuple[int, int], num_special: int, head_dim: int, base: float,
+                 device: torch.device | str, dtype: torch.dtype = torch.float32) -> "FrameRope":
+        """Angles of ``[specials, patches row-major]`` for a patch grid.
+
+        Args:
+            grid_hw: (h, w) patches per frame.
+            num_special: tokens before the patches (position (0, 0)).
+            head_dim: channels per head, a multiple of 4.
+            base: RoPE base (100 for LingBot-Map).
+        """
+        h, w = grid_hw
+        half = head_dim // 2
+        exponents = torch.arange(0, half, 2, device=device).float() / half
+        inv_freq = 1.0 / (base ** exponents)  # (d/4,)
+        ys = torch.arange(h, device=device).repeat_interleave(w) + 1  # (h*w,) row-major
+        xs = torch.arange(w, device=device).repeat(h) + 1
+        zeros = torch.zeros(num_special, dtype=ys.dtype, device=device)
+        tables = []
+        for pos in (torch.cat([zeros, ys]), torch.cat([zeros, xs])):  # (N,)
+            angles = pos.to(inv_freq.dtype)[:, None] * inv_freq[None, :]  # (N, d/4)
+            angles = torch.cat((angles, angles), dim=-1)  # (N, d/2)
+            tables += [angles.cos().to(dtype), angles.sin().to(dtype)]
+        return FrameRope(*tables)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """Rotate x: (B, heads, N, head_dim) -> same shape."""
+        y_half, x_half = x.chunk(2, dim=-1)  # (B, h, N, d/2) each
+        if x.dtype not in self._cast:
+            self._cast[x.dtype] = tuple(t.to(x.dtype) for t in
+                                        (self.cos_y, self.sin_y, self.cos_x, self.sin_x))
+        cos_y, sin_y, cos_x, sin_x = self._cast[x.dtype]
+        y_half = y_half * cos_y + _rotate_half(y_half) * sin_y
+        x_half = x_half * cos_x + _rotate_half(x_half) * sin_x
+        return torch.cat((y_half, x_half), dim=-1)
+
+
+class VideoRope:
+    """3D rotation of (N, heads, head_dim) token lists, N = frames x tokens per frame."""
+
+    def __init__(self, cos: Tensor, sin: Tensor) -> None:
+        self.cos, self.sin = cos, sin  # (N, 1, d/2) float64
+        self._cast: dict[torch.dtype, tuple[Tensor, Tensor]] = {}  # one cast per dtype and step
+
+    @staticmethod
+    def frequencies(dims: tuple[int, int, int], theta: float,
+                    device: torch.device | str) -> tuple[Tensor, Tensor, Tensor]:
+        """float64 inverse frequencies of the (time, y, x) channel groups."""
+        return tuple(1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float64, device=device)
+                                      [: d // 2] / d)) for d in dims)
+
+    @staticmethod
+    def for_frames(first_frame: int, num_frames: int, grid_hw: tuple[int, int],
+                   num_special: int, dims: tuple[int, int, int], theta: float,
+                   device: torch.device | str) -> "VideoRope":
+        """Angles of frames ``first_frame .. first_frame + num_frames - 1``.
+
+        Args:
+            first_frame: time index f of the first frame (committed frames before the step).
+            num_frames: frames in the step.
+            grid_hw: (h, w) patches per frame.
+            num_special: special tokens per frame (6).
+            dims: channels per head given to (time, y, x); they sum to head_dim.
+            theta: RoPE base (10000).
+        """
+        if first_frame < 0:
+            raise ValueError(f"first_frame must be >= 0, got {first_frame}")
+        h, w = grid_hw
+        f_freq, y_freq, x_freq = VideoRope.frequencies(dims, theta, device)
+        special = torch.arange(num_special, device=device)
+        rows = torch.arange(h, device=device).repeat_interleave(w)  # (h*w,) row-major
+        cols = torch.arange(w, device=device).repeat(h)
+        y_pos = torch.cat([special, num_special + rows])  # (T,)
+        x_pos = torch.cat([special, num_special + cols])
+        t_pos = torch.arange(first_frame, first_frame + num_frames, device=device)  # (F,)
+        tokens = y_pos.numel()
+        t_ang = torch.outer(t_pos.to(torch.float64), f_freq)  # (F, dt/2)
+        t_ang = t_ang[:, None, :].expand(num_frames, tokens, -1)  # (F, T, dt/2)
+        yx_ang = torch.cat([torch.outer(y_pos.to(torch.float64), y_freq),
+                            torch.outer(x_pos.to(torch.float64), x_freq)], dim=-1)  # (T, (dy+dx)/2)
+        yx_ang = yx_ang[None].expand(num_frames, -1, -1)  # (F, T, (dy+dx)/2)
+        angles = torch.cat([t_ang, yx_ang], dim=-1)  # (F, T, d/2)
+        angles = angles.reshape(num_frames * tokens, 1, -1)  # (N, 1, d/2)
+        return VideoRope(angles.cos(), angles.sin())
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """Rotate x: (N, heads, head_dim) -> same shape and dtype."""
+        if x.dtype not in self._cast:
+            self._cast[x.dtype] = (self.cos.to(x.dtype), self.sin.to(x.dtype))
+        cos, sin = self._cast[x.dtype]  # (N, 1, d/2)
+        x1, x2 = x[..., 0::2], x[..., 1::2]  # (N, h, d/2) each
+        out = torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (N, h, d/2, 2)
+        return out.reshape(x.shape)

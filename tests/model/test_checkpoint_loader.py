@@ -1,0 +1,114 @@
+"""Strict, all-or-nothing checkpoint loading (.pt with or without a wrapper, .safetensors)."""
+import argparse
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from lingbot_ros.model import CheckpointError, GCTModel, load_model, load_weights, read_state_dict
+
+from .conftest import FIXTURE
+
+
+@pytest.fixture(scope="module")
+def reference_state():
+    return load_file(str(FIXTURE / "model.safetensors"))
+
+
+def _snapshot(model):
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def _same(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("form", ["pt", "pt_wrapped", "safetensors"])
+def test_load_model_reads_every_format(tmp_path, tiny_config, reference_state, form):
+    path = tmp_path / ("ckpt.safetensors" if form == "safetensors" else "ckpt.pt")
+    if form == "safetensors":
+        save_file(reference_state, str(path))
+    else:
+        wrapped = {"model": reference_state, "epoch": 3}
+        torch.save(wrapped if form == "pt_wrapped" else reference_state, path)
+    model = load_model(path, config=tiny_config, device="cpu", precision="fp32")
+    assert model.point_head is None  # the file has no point_head.*
+    assert _same(model.state_dict(), reference_state)
+    assert not any(t.is_meta for t in list(model.parameters()) + list(model.buffers()))
+
+
+def test_load_model_builds_the_point_head_when_the_file_has_one(tmp_path, tiny_config,
+                                                                reference_state):
+    state = dict(reference_state)
+    state |= {k.replace("depth_head.", "point_head."): v.clone() for k, v in reference_state.items()
+              if k.startswith("depth_head.")}
+    state["point_head.scratch.output_conv2.2.weight"] = torch.randn(4, 32, 1, 1)
+    state["point_head.scratch.output_conv2.2.bias"] = torch.randn(4)
+    save_file(state, str(tmp_path / "stage1.safetensors"))
+    model = load_model(tmp_path / "stage1.safetensors", config=tiny_config, precision="fp32")
+    assert model.point_head is not None and _same(model.state_dict(), state)
+
+
+def test_a_renamed_key_is_reported_as_missing_and_unexpected(tmp_path, tiny_config,
+                                                             reference_state):
+    state = dict(reference_state)
+    state["camera_head.token_norm.scale"] = state.pop("camera_head.token_norm.weight")
+    torch.save(state, tmp_path / "renamed.pt")
+    model = GCTModel(tiny_config)
+    before = _snapshot(model)
+    with pytest.raises(CheckpointError) as err:
+        load_weights(model, tmp_path / "renamed.pt")
+    msg = str(err.value)
+    assert "1 missing: camera_head.token_norm.weight" in msg
+    assert "1 unexpected: camera_head.token_norm.scale" in msg
+    assert "mis-shaped" not in msg
+    assert _same(model.state_dict(), before)  # nothing half-loaded
+
+
+def test_a_changed_shape_is_reported_with_both_shapes(tmp_path, tiny_config, reference_state):
+    state = dict(reference_state)
+    state["aggregator.global_blocks.2.mlp.fc1.weight"] = torch.zeros(256, 128)
+    save_file(state, str(tmp_path / "shape.safetensors"))
+    model = GCTModel(tiny_config)
+    before = _snapshot(model)
+    with pytest.raises(CheckpointError) as err:
+        load_weights(model, tmp_path / "shape.safetensors")
+    assert ("1 mis-shaped: aggregator.global_blocks.2.mlp.fc1.weight: file (256, 128) vs model "
+            "(512, 128)") in str(err.value)
+    assert _same(model.state_dict(), before)
+    with pytest.raises(CheckpointError, match="mis-shaped"):
+        load_model(tmp_path / "shape.safetensors", config=tiny_config)
+
+
+def test_an_unrelated_checkpoint_is_refused_with_the_key_lists(tmp_path, tiny_config):
+    save_file({"encoder.weight": torch.zeros(3, 3), "decoder.bias": torch.zeros(3)},
+              str(tmp_path / "other.safetensors"))
+    with pytest.raises(CheckpointError) as err:
+        load_model(tmp_path / "other.safetensors", config=tiny_config)
+    msg = str(err.value)
+    assert "286 missing" in msg and "2 unexpected: decoder.bias, encoder.weight" in msg
+    assert "... and" in msg  # long lists are cut, with the count
+
+
+def test_files_that_are_not_checkpoints_give_a_clear_error(tmp_path, tiny_config):
+    (tmp_path / "notes.pt").write_text("not a checkpoint")
+    (tmp_path / "broken.safetensors").write_bytes(b"\x00" * 16)
+    torch.save([1, 2, 3], tmp_path / "list.pt")
+    with pytest.raises(CheckpointError, match="neither a torch checkpoint"):
+        read_state_dict(tmp_path / "notes.pt")
+    with pytest.raises(CheckpointError, match="not a readable safetensors"):
+        read_state_dict(tmp_path / "broken.safetensors")
+    with pytest.raises(CheckpointError, match="does not hold a state dict"):
+        read_state_dict(tmp_path / "list.pt")
+    with pytest.raises(CheckpointError, match="does not exist"):
+        read_state_dict(tmp_path / "missing.pt")
+
+
+def test_pickled_objects_need_an_explicit_trust_flag(tmp_path, reference_state):
+    path = tmp_path / "with_args.pt"
+    torch.save({"model": reference_state, "args": argparse.Namespace(lr=1e-4)}, path)
+    with pytest.raises(CheckpointError, match="trust_pickle=True"):
+        read_state_dict(path)
+    with pytest.warns(UserWarning, match="full unpickling"):
+        state = read_state_dict(path, trust_pickle=True)
+    assert state.keys() == reference_state.keys()

@@ -1,0 +1,28 @@
+"""Golden parity with the reference implementation (shared/fixtures/reference_tiny)."""
+from safetensors.torch import load_file
+
+from lingbot_ros.tools import parity
+
+from .conftest import FIXTURE
+
+
+def test_parity_tool_passes_on_the_reference_fixture(capsys):
+    assert parity.main(["--fixture", str(FIXTURE)]) == 0
+    out = capsys.readouterr().out
+    assert "13/13 keys within tolerance" in out
+
+
+def test_compare_fails_a_key_just_outside_its_tolerance():
+    expected = load_file(str(FIXTURE / "expected.safetensors"))
+    actual = {k: v.clone() for k, v in expected.items()}
+    actual["pose_enc"][3, 2] += 3 * parity.TOLERANCES["pose"]
+    actual["depth"][0, 5, 5, 0] *= 1 + 3 * parity.TOLERANCES["dense"]
+    actual["cache/kv_full_frames"][7] += 1
+    del actual["debug/f5_global_block0_out"]
+    failed = {r.key for r in parity.compare(expected, actual) if not r.ok}
+    assert failed == {"pose_enc", "depth", "cache/kv_full_frames", "debug/f5_global_block0_out"}
+
+
+def test_parity_tool_reports_a_missing_fixture_file(tmp_path, capsys):
+    assert parity.main(["--fixture", str(tmp_path)]) == 2
+    assert "config.json is missing" in capsys.readouterr().err
