@@ -173,6 +173,21 @@ class GCTConfig:
         return GCTConfig(point_head=DPTConfig() if point_head else None)
 
     @staticmethod
+    def tiny() -> "GCTConfig":
+        """The embedded tiny network (the golden fixture's sizes): for demos and tests on a CPU.
+
+        Same architecture as the released model, ~4.6 M parameters: width 128, 2 DINO blocks,
+        4 (frame, global) pairs all fed to the heads, camera head 256-d with 2 trunk blocks,
+        DPT with 32 features. Random weights give meaningless poses.
+        """
+        return GCTConfig(
+            dino=DinoConfig(embed_dim=128, depth=2, num_heads=2),
+            aggregator=AggregatorConfig(embed_dim=128, depth=4, num_heads=2,
+                                        selected_layers=(0, 1, 2, 3)),
+            camera_head=CameraHeadConfig(trunk_depth=2, num_heads=2),
+            depth_head=DPTConfig(features=32, out_channels=(32, 64, 128, 128)))
+
+    @staticmethod
     def from_fixture_json(path: str | Path) -> "GCTConfig":
         """Read a fixture ``config.json`` (format of ``shared/fixtures/reference_tiny``)."""
         c = json.loads(Path(path).read_text())

@@ -51,3 +51,7 @@ def test_invalid_configs_raise_value_error(build, message):
 def test_input_size_must_be_a_multiple_of_the_patch():
     with pytest.raises(ValueError, match="multiples of the patch size 14"):
         GCTConfig.official().cache_config((380, 504), 8, 64)
+
+
+def test_the_embedded_tiny_preset_is_the_fixture_network():
+    assert GCTConfig.tiny() == GCTConfig.from_fixture_json(FIXTURE / "config.json")
