@@ -1,0 +1,50 @@
+"""Named network sizes and the random-weight builder used when no checkpoint is given."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .config import GCTConfig
+from .gct import GCTModel
+from .loader import load_model
+
+PRESETS = ("tiny", "official")
+
+
+def preset_config(name: str) -> GCTConfig:
+    """``tiny`` (embedded, ~4.6 M parameters, CPU-friendly) or ``official`` (the release)."""
+    if name == "tiny":
+        return GCTConfig.tiny()
+    if name == "official":
+        return GCTConfig.official()
+    raise ValueError(f"unknown model preset {name!r}; choose one of {PRESETS}")
+
+
+def random_model(config: GCTConfig, seed: int = 0) -> GCTModel:
+    """Seeded random weights (meaningless poses): for demos, tests and benchmarks.
+
+    The special tokens get unit-variance values so their first/other variants differ, as
+    they do in trained weights (PyTorch's default init leaves some parameters at zero).
+    """
+    gen_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        model = GCTModel(config)
+        agg = model.aggregator
+        for token in (agg.camera_token, agg.register_token, agg.scale_token):
+            torch.nn.init.normal_(token)
+    finally:
+        torch.random.set_rng_state(gen_state)
+    return model
+
+
+def build_model(preset: str = "tiny", checkpoint: Optional[str] = None, device: str = "cpu",
+                precision: str = "auto", seed: int = 0) -> tuple[GCTModel, bool]:
+    """The model for a run: the checkpoint's (official architecture) or random weights.
+
+    Returns ``(model, random_weights)``; callers must say loudly when ``random_weights``.
+    """
+    if checkpoint:
+        return load_model(checkpoint, device=device, precision=precision), False
+    return random_model(preset_config(preset), seed).prepare(device, precision), True

@@ -1,0 +1,48 @@
+"""What a streaming session hands to its front ends (ROS node, offline runner, benchmark)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from ..preprocess import CropInfo
+
+
+class FrameRejected(ValueError):
+    """A pushed frame was refused; ``reason`` is a short counter key, the message says why.
+
+    The session is unchanged and keeps running: log the message, count the reason, go on.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class FrameResult:
+    """The estimate for one input frame.
+
+    Poses are camera-to-world with OpenCV optical axes (x right, y down, z forward); the
+    world is the first frame's camera, kept continuous across window rollovers by Sim(3)
+    alignment (scale is the model's, monocular: not metric).
+    """
+
+    index: int  # frames processed since the last reset (0-based)
+    stamp_ns: int  # the input stamp, unchanged
+    keyframe: bool  # committed to the caches (scale-phase frames always are)
+    window: int  # rollovers since the last reset
+    c2w: np.ndarray  # (4, 4) float64 camera-to-world in the world frame
+    pose_enc: np.ndarray  # (9,) float32 raw model output, in its window's frame
+    K: np.ndarray  # (3, 3) float64 intrinsics of the ORIGINAL image
+    K_model: np.ndarray  # (3, 3) float64 intrinsics at the model resolution
+    crop: CropInfo  # original image <-> model input mapping
+    latency_ms: float  # compute time of the step that produced this frame
+    depth: Optional[np.ndarray] = None  # (H', W') float32 at model resolution, world scale
+    depth_conf: Optional[np.ndarray] = None  # (H', W') float32, >= 1
+    rgb: Optional[np.ndarray] = None  # (H', W', 3) uint8 model input, for coloured points
+
+    @property
+    def model_hw(self) -> tuple[int, int]:
+        return self.crop.output_hw

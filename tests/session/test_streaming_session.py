@@ -1,0 +1,112 @@
+"""StreamingSession: start-up buffering, keyframes with rollback, bad input, reset."""
+import numpy as np
+import pytest
+
+from lingbot_ros.config import KeyframeConfig, PreprocessConfig, SessionConfig
+from lingbot_ros.session.session import StreamingSession
+from lingbot_ros.session.types import FrameRejected
+from tests.session.micro_model import SIZE_42x56, micro_model
+
+STAMP0, DT = 1_700_000_000_000_000_000, 33_333_333
+
+
+def frames(n, seed=0, hw=(60, 80)):
+    rng = np.random.default_rng(seed)
+    return [(rng.random(hw + (3,)) * 255).astype(np.uint8) for _ in range(n)]
+
+
+def session(**kw):
+    kw.setdefault("num_scale_frames", 2)
+    kw.setdefault("window", 3)
+    kw.setdefault("preprocess", SIZE_42x56)
+    return StreamingSession(micro_model(), SessionConfig(**kw))
+
+
+def run(s, images, first=0):
+    out = []
+    for i, img in enumerate(images):
+        out += s.push(img, STAMP0 + (first + i) * DT)
+    return out
+
+
+def test_scale_frames_are_buffered_then_emitted_together_with_their_stamps():
+    s = session(num_scale_frames=3)
+    imgs = frames(5)
+    assert s.push(imgs[0], STAMP0) == [] and s.push(imgs[1], STAMP0 + DT) == []
+    assert s.info()["phase"] == "scale_frames" and s.info()["scale_frames_buffered"] == 2
+    first = s.push(imgs[2], STAMP0 + 2 * DT)
+    assert [r.index for r in first] == [0, 1, 2]
+    assert [r.stamp_ns for r in first] == [STAMP0, STAMP0 + DT, STAMP0 + 2 * DT]
+    assert all(r.keyframe and r.window == 0 for r in first)
+    np.testing.assert_allclose(first[0].c2w[:3, :3] @ first[0].c2w[:3, :3].T, np.eye(3),
+                               atol=1e-5)
+    nxt = s.push(imgs[3], STAMP0 + 3 * DT)
+    assert len(nxt) == 1 and nxt[0].index == 3 and s.info()["phase"] == "streaming"
+    r = nxt[0]
+    assert r.depth.shape == (42, 56) and r.depth_conf.shape == (42, 56)
+    assert r.rgb.shape == (42, 56, 3) and r.rgb.dtype == np.uint8
+    assert np.isfinite(r.depth).all() and (r.depth > 0).all()
+    # K maps back to the 60x80 original: principal point near its centre.
+    assert abs(r.K[0, 2] - 39.5) < 1.0 and abs(r.K[1, 2] - 29.5) < 1.0
+
+
+def test_every_n_rolls_back_non_keyframes_and_matches_a_run_without_them():
+    imgs = frames(12, seed=1)
+    spec = session(keyframes=KeyframeConfig(policy="every_n", n=3), rollover_keyframes=None)
+    results = run(spec, imgs)
+    flags = [r.keyframe for r in results]
+    # scale frames 0,1; then the first streaming frame and every 3rd after it
+    assert flags == [True, True, True, False, False, True, False, False, True, False, False, True]
+    kept = [i for i, k in enumerate(flags) if k]
+    assert spec.info()["cache"]["frames_committed"] == len(kept)
+    assert spec.info()["camera_cache"]["frames_cached"] == len(kept)
+    # A stream that only ever saw the keyframes gives the same keyframe poses.
+    plain = session(rollover_keyframes=None)
+    ref = run(plain, [imgs[i] for i in kept])
+    for i, r in zip(kept, ref):
+        np.testing.assert_allclose(results[i].pose_enc, r.pose_enc, atol=1e-6)
+
+
+def test_bad_frames_are_rejected_counted_and_the_stream_goes_on():
+    # The reference size rule (height from the aspect): 60x80 -> 42x56, 60x60 -> 56x56.
+    s = session(preprocess=PreprocessConfig(width=56, max_height=56))
+    imgs = frames(4)
+    run(s, imgs[:2])
+    with pytest.raises(FrameRejected) as e:
+        s.push(np.zeros((0, 5, 3), np.uint8), STAMP0 + 10 * DT)
+    assert e.value.reason == "bad_image"
+    with pytest.raises(FrameRejected) as e:
+        s.push(imgs[2], STAMP0)  # stamp not after the last one
+    assert e.value.reason == "non_monotonic_stamp"
+    with pytest.raises(FrameRejected) as e:
+        s.push(frames(1, hw=(60, 60))[0], STAMP0 + 11 * DT)  # other aspect -> other size
+    assert e.value.reason == "size_changed"
+    with pytest.raises(FrameRejected) as e:
+        s.push(imgs[2], STAMP0 + 12 * DT, encoding="yuv422")
+    assert e.value.reason == "bad_image" and "encoding" in str(e.value)
+    out = s.push(imgs[2], STAMP0 + 13 * DT)
+    assert len(out) == 1 and out[0].index == 2  # rejected frames take no index
+    info = s.info()
+    assert info["frames_rejected"] == 4 and info["frames_in"] == 7
+    assert info["rejected_by_reason"] == {"bad_image": 2, "non_monotonic_stamp": 1,
+                                          "size_changed": 1}
+
+
+def test_reset_restarts_the_stream_and_keeps_the_allocation():
+    s = session()
+    run(s, frames(6))
+    ptr = s._kv.storage.data.data_ptr()
+    s.reset()
+    info = s.info()
+    assert info["frames_processed"] == 0 and info["phase"] == "scale_frames"
+    assert info["cache"]["frames_committed"] == 0 and info["camera_cache"]["frames_cached"] == 0
+    assert len(s.trajectory) == 0
+    out = run(s, frames(3, seed=5), first=100)
+    assert [r.index for r in out] == [0, 1, 2]
+    assert s._kv.storage.data.data_ptr() == ptr
+
+
+def test_depth_head_off_still_gives_poses():
+    s = session(with_depth=False, rollover_keyframes=None)
+    out = run(s, frames(4))
+    assert out[-1].depth is None and np.isfinite(out[-1].c2w).all()
