@@ -21,9 +21,16 @@ setup(
     ],
     # torch is not pinned here: robots bring their own CUDA build; the Makefile installs the
     # CPU build for development and CI before this package.
-    install_requires=["setuptools", "numpy", "pyyaml", "safetensors>=0.4", "torch>=2.4"],
+    install_requires=[
+        "setuptools", "numpy", "pyyaml", "safetensors>=0.4", "torch>=2.4",
+        "opencv-python-headless>=4.8",  # video, compressed images, image folders
+        "rosbags>=0.11,<0.12",  # rosbag2 (sqlite3, mcap) without a ROS install
+        "tqdm",  # progress bars of the offline tools
+    ],
     extras_require={
-        "test": ["pytest>=8,<9", "hypothesis>=6.100"],
+        # evo: trajectory files read back as users will (pulls in matplotlib for plots)
+        "test": ["pytest>=8,<9", "hypothesis>=6.100", "evo>=1.30"],
+        "viz": ["matplotlib"],
         "gpu": ["flashinfer-python>=0.6"],
     },
     zip_safe=True,
@@ -32,6 +39,7 @@ setup(
             "lingbot-ros-demo = lingbot_ros.tools.demo:main",
             "lingbot-ros-bench-cache = lingbot_ros.tools.bench_cache:main",
             "lingbot-ros-parity = lingbot_ros.tools.parity:main",
+            "lingbot-ros-offline = lingbot_ros.tools.offline:main",
         ],
     },
 )

@@ -95,3 +95,174 @@ def cache_overrides(params: dict) -> dict:
         out[name] = _optional(value) if name in ("max_special_frames", "max_cache_bytes") \
             else value
     return out
+
+
+# --- Preprocessing (image -> model input) ------------------------------------------------
+
+INTERPOLATIONS = ("bicubic", "bilinear")
+UINT16_SCALINGS = ("dtype_max", "per_image")
+
+
+@dataclass(frozen=True, slots=True)
+class PreprocessConfig:
+    """How an input image becomes the model's (3, H, W) float32 RGB tensor in [0, 1].
+
+    Two size rules (both keep H and W multiples of ``patch_size``):
+
+    * ``height=None`` -- the reference demo's rule: width becomes ``width`` (518), height
+      ``round(h * width / w / patch) * patch`` (at least one patch), and a result taller than
+      ``max_height`` is centre-cropped to ``max_height``. 640x480 -> 518x392.
+    * ``height=H`` -- a fixed H x W: resize to cover (the smaller scale that fills both
+      sides), then centre-crop. ``PreprocessConfig(width=504, height=378)`` is the
+      reference profiler's 378x504.
+
+    ``uint16_scaling``: ``dtype_max`` divides 16-bit images by 65535 (stable across frames;
+    the default), ``per_image`` stretches each image's min..max to 0..1 (for dark 10/12-bit
+    IR or greyscale cameras packed in 16 bits; it flickers if exposure changes).
+    """
+
+    patch_size: int = 14
+    width: int = 518  # model input width, a multiple of patch_size
+    height: Optional[int] = None  # None: reference rule (height from aspect); int: fixed H x W
+    max_height: int = 518  # reference rule only: taller results are centre-cropped to this
+    max_input_pixels: int = 50_000_000  # larger inputs are refused (a corrupt header, not a camera)
+    interpolation: str = "bicubic"  # bicubic (reference, PIL-like) | bilinear
+    antialias: bool = True  # antialiased downscaling (PIL's bicubic is antialiased)
+    uint16_scaling: str = "dtype_max"  # dtype_max | per_image
+
+    def __post_init__(self) -> None:
+        for name in ("patch_size", "width", "max_height", "max_input_pixels"):
+            _positive(name, getattr(self, name))
+        if self.height is not None:
+            _positive("height", self.height)
+        for name in ("width", "height", "max_height"):
+            value = getattr(self, name)
+            if value is not None and value % self.patch_size:
+                raise ValueError(f"{name} must be a multiple of patch_size={self.patch_size}, "
+                                 f"got {value}")
+        if self.interpolation not in INTERPOLATIONS:
+            raise ValueError(f"interpolation must be one of {INTERPOLATIONS}, "
+                             f"got {self.interpolation!r}")
+        if not isinstance(self.antialias, bool):
+            raise ValueError(f"antialias must be a bool, got {self.antialias!r}")
+        if self.uint16_scaling not in UINT16_SCALINGS:
+            raise ValueError(f"uint16_scaling must be one of {UINT16_SCALINGS}, "
+                             f"got {self.uint16_scaling!r}")
+
+    def output_size(self, height: int, width: int) -> tuple[int, int]:
+        """(H, W) of the model input for an input image of ``height`` x ``width``."""
+        _positive("height", height)
+        _positive("width", width)
+        if self.height is not None:
+            return self.height, self.width
+        resized = max(self.patch_size,
+                      round(height * (self.width / width) / self.patch_size) * self.patch_size)
+        return min(resized, self.max_height), self.width
+
+
+# --- Keyframe policy (which streaming frames stay in the KV cache) -------------------------
+
+KEYFRAME_POLICIES = ("all", "every_n", "flow")
+
+
+@dataclass(frozen=True, slots=True)
+class KeyframeConfig:
+    """Which streaming (post scale-phase) frames are committed to the cache.
+
+    * ``all``: every frame (the reference's streaming default below 320 frames).
+    * ``every_n``: the first streaming frame, then each frame ``n`` frames after the last
+      keyframe (the reference's ``keyframe_interval``).
+    * ``flow``: the first streaming frame, then any frame whose camera-motion-induced mean
+      pixel flow to the last keyframe exceeds ``flow_threshold`` pixels (model resolution),
+      or that is ``max_gap`` frames after the last keyframe (the reference's v2 flow mode,
+      ``max_non_keyframe_gap``=30).
+    """
+
+    policy: str = "all"
+    n: int = 1  # every_n: keyframe interval in frames
+    flow_threshold: float = 10.0  # flow: pixels at model resolution
+    max_gap: int = 30  # flow: a keyframe at least every max_gap frames
+    flow_stride: int = 8  # flow: depth subsampling stride (pixels)
+
+    def __post_init__(self) -> None:
+        if self.policy not in KEYFRAME_POLICIES:
+            raise ValueError(f"policy must be one of {KEYFRAME_POLICIES}, got {self.policy!r}")
+        for name in ("n", "max_gap", "flow_stride"):
+            _positive(name, getattr(self, name))
+        thr = self.flow_threshold
+        if (not isinstance(thr, (int, float)) or isinstance(thr, bool) or thr != thr
+                or thr < 0 or thr == float("inf")):
+            raise ValueError(f"flow_threshold must be a finite number >= 0 (pixels), got {thr!r}")
+
+
+# --- Streaming session (one camera stream) ---------------------------------------------------
+
+ATTENTION_BACKENDS = ("torch_ref", "flashinfer")
+FLASHINFER_VARIANTS = ("fa2", "fa3", "auto")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    """One stream: anchors, window, trajectory memory, rollover, keyframes, outputs, device.
+
+    ``rollover_keyframes``: after this many keyframes in a window (anchors included) a new
+    window starts on the last ``num_scale_frames`` keyframes, aligned by Sim(3). 320 is the
+    number of views the model was trained with; ``None`` never rolls over (the reference:
+    memory, latency and the RoPE time index then grow with the stream).
+    """
+
+    num_scale_frames: int = 8  # anchor frames, run together first (start-up latency, frames)
+    window: int = 64  # frames whose full tokens stay visible, current included
+    max_special_frames: Optional[int] = None  # trajectory memory within a window; None: all
+    max_cache_bytes: Optional[int] = None  # KV pool byte budget; None: device memory
+    rollover_keyframes: Optional[int] = 320  # keyframes per window; None: one endless window
+    keyframes: KeyframeConfig = KeyframeConfig()
+    preprocess: PreprocessConfig = PreprocessConfig()
+    with_depth: bool = True  # run the depth head on every frame (else only when needed)
+    return_depth: bool = True  # copy depth, confidence and the model image into results
+    attention_backend: str = "torch_ref"  # torch_ref (CPU/GPU) | flashinfer (CUDA)
+    flashinfer_variant: str = "fa2"  # fa2 | fa3 (Hopper) | auto
+    device: str = "cpu"  # torch device of the model and caches
+
+    def __post_init__(self) -> None:
+        _positive("num_scale_frames", self.num_scale_frames)
+        _positive("window", self.window)
+        if self.max_special_frames is not None:
+            _positive("max_special_frames", self.max_special_frames)
+            if self.max_special_frames < self.num_scale_frames:
+                raise ValueError(f"max_special_frames ({self.max_special_frames}) must be at "
+                                 f"least num_scale_frames ({self.num_scale_frames})")
+        if self.max_cache_bytes is not None:
+            _positive("max_cache_bytes", self.max_cache_bytes)
+        if self.rollover_keyframes is not None:
+            _positive("rollover_keyframes", self.rollover_keyframes)
+            if self.rollover_keyframes <= self.num_scale_frames:
+                raise ValueError(f"rollover_keyframes ({self.rollover_keyframes}) must exceed "
+                                 f"num_scale_frames ({self.num_scale_frames}): a window starts "
+                                 "with that many anchors")
+        if not isinstance(self.keyframes, KeyframeConfig):
+            raise ValueError("keyframes must be a KeyframeConfig")
+        if not isinstance(self.preprocess, PreprocessConfig):
+            raise ValueError("preprocess must be a PreprocessConfig")
+        for name in ("with_depth", "return_depth"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.attention_backend not in ATTENTION_BACKENDS:
+            raise ValueError(f"attention_backend must be one of {ATTENTION_BACKENDS}, "
+                             f"got {self.attention_backend!r}")
+        if self.flashinfer_variant not in FLASHINFER_VARIANTS:
+            raise ValueError(f"flashinfer_variant must be one of {FLASHINFER_VARIANTS}, "
+                             f"got {self.flashinfer_variant!r}")
+        if not isinstance(self.device, str) or not self.device:
+            raise ValueError(f"device must be a torch device string, got {self.device!r}")
+
+    def cache_extra(self) -> dict:
+        """CacheConfig fields beyond the model's shapes: retention and pool sizing."""
+        chunk = (self.rollover_keyframes + 1 if self.rollover_keyframes is not None
+                 and self.max_special_frames is None else 1024)  # one window never grows
+        return {"max_special_frames": self.max_special_frames, "max_cache_bytes":
+                self.max_cache_bytes, "special_chunk_frames": chunk}
+
+    def camera_chunk_frames(self) -> int:
+        """Camera-head cache capacity step: one window's keyframes when rolling over."""
+        return self.rollover_keyframes + 1 if self.rollover_keyframes is not None else 256

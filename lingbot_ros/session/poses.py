@@ -1,0 +1,233 @@
+"""Pose conventions: the model's OpenCV c2w -> ROS frames (REP-103/105), quaternions, TUM files.
+
+Frames (see docs/session.md):
+
+* **optical** -- OpenCV / ROS ``*_optical_frame``: x right, y down, z forward.
+* **body** -- REP-103 camera body (``camera_link``): x forward, y left, z up.
+* **model world** -- the model's c2w poses map optical-frame points into the world of the
+  stream, which is the *first frame's optical frame* (``c2w[0] ≈ I``).
+* **map** -- defined here as the *first frame's body frame*, so z is up in ``map`` when the
+  camera started level, and ``map -> camera`` is what a ROS node publishes.
+
+``T_a_b`` is the pose of frame b in frame a (maps b-coordinates to a-coordinates). With
+``T_body_optical`` the fixed mount of the optical frame in the body frame:
+
+    T_map_optical_k = T_body_optical @ c2w_k
+    T_map_body_k    = T_body_optical @ c2w_k @ T_body_optical^-1
+
+A real mount (``base_link -> camera_optical_frame`` from TF) can be passed as
+``T_body_optical``; its translation is then applied in the model's (scale-free) units.
+
+Everything is float64 numpy; quaternions are (x, y, z, w), scalar last, as in ROS and TUM.
+TUM lines are ``timestamp tx ty tz qx qy qz qw`` with the stamp in seconds written from
+integer nanoseconds without rounding (``1700000000.033333333``), readable by ``evo``.
+"""
+from __future__ import annotations
+
+import os
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Sequence, Union
+
+import numpy as np
+
+__all__ = ["R_BODY_OPTICAL", "T_BODY_OPTICAL", "T_OPTICAL_BODY", "c2w_to_map", "map_to_c2w",
+           "rotation_to_quaternion", "quaternion_to_rotation", "matrix_to_tq", "tq_to_matrix",
+           "format_stamp", "parse_stamp", "write_tum", "read_tum"]
+
+# Columns are the optical axes expressed in the body frame: x_opt = -y_body (right),
+# y_opt = -z_body (down), z_opt = +x_body (forward). Equals RPY (-pi/2, 0, -pi/2), the
+# standard camera_link -> camera_optical_frame rotation.
+R_BODY_OPTICAL = np.array([[0.0, 0.0, 1.0],
+                           [-1.0, 0.0, 0.0],
+                           [0.0, -1.0, 0.0]])
+T_BODY_OPTICAL = np.eye(4)
+T_BODY_OPTICAL[:3, :3] = R_BODY_OPTICAL
+T_OPTICAL_BODY = np.eye(4)
+T_OPTICAL_BODY[:3, :3] = R_BODY_OPTICAL.T
+for _a in (R_BODY_OPTICAL, T_BODY_OPTICAL, T_OPTICAL_BODY):
+    _a.flags.writeable = False
+
+PathLike = Union[str, os.PathLike]
+
+
+def _mat4(x, name: str) -> np.ndarray:
+    try:  # torch CPU tensors convert; CUDA tensors must be moved by the caller (.cpu())
+        m = np.asarray(x, dtype=np.float64)
+    except TypeError as err:
+        raise ValueError(f"{name}: cannot convert {type(x).__name__} to numpy "
+                         f"(move tensors to the CPU first): {err}") from None
+    if m.shape[-2:] != (4, 4):
+        raise ValueError(f"{name} must have shape (..., 4, 4), got {m.shape}")
+    return m
+
+
+def _rigid_inv(t: np.ndarray) -> np.ndarray:
+    out = np.zeros_like(t)
+    rt = np.swapaxes(t[..., :3, :3], -1, -2)
+    out[..., :3, :3] = rt
+    out[..., :3, 3] = -(rt @ t[..., :3, 3:4])[..., 0]
+    out[..., 3, 3] = 1.0
+    return out
+
+
+def c2w_to_map(c2w, frame: str = "body", T_body_optical=T_BODY_OPTICAL,
+               origin_c2w=None) -> np.ndarray:
+    """Model c2w (..., 4, 4) -> pose of the camera ``frame`` ('body' or 'optical') in ``map``.
+
+    ``origin_c2w``: if given, the model pose that defines the map origin (e.g. the first
+    frame's prediction, when it is not exactly the identity); default: the model world is
+    taken as the first camera's optical frame as is.
+    """
+    c = _mat4(c2w, "c2w")
+    if origin_c2w is not None:
+        c = _rigid_inv(_mat4(origin_c2w, "origin_c2w")) @ c
+    bo = _mat4(T_body_optical, "T_body_optical")
+    if frame == "optical":
+        return bo @ c
+    if frame == "body":
+        return bo @ c @ _rigid_inv(bo)
+    raise ValueError(f"frame must be 'body' or 'optical', got {frame!r}")
+
+
+def map_to_c2w(T_map_frame, frame: str = "body", T_body_optical=T_BODY_OPTICAL) -> np.ndarray:
+    """Inverse of :func:`c2w_to_map` (without ``origin_c2w``)."""
+    t = _mat4(T_map_frame, "T_map_frame")
+    bo = _mat4(T_body_optical, "T_body_optical")
+    ob = _rigid_inv(bo)
+    if frame == "optical":
+        return ob @ t
+    if frame == "body":
+        return ob @ t @ bo
+    raise ValueError(f"frame must be 'body' or 'optical', got {frame!r}")
+
+
+def rotation_to_quaternion(R) -> np.ndarray:
+    """(..., 3, 3) rotation -> (..., 4) unit quaternion xyzw with w >= 0 (Shepperd's method,
+    stable for every rotation; a slightly non-orthonormal input gives the nearest unit q)."""
+    r = np.asarray(R, dtype=np.float64)
+    if r.shape[-2:] != (3, 3):
+        raise ValueError(f"R must have shape (..., 3, 3), got {r.shape}")
+    shape = r.shape[:-2]
+    r = r.reshape(-1, 3, 3)
+    tr = np.trace(r, axis1=1, axis2=2)
+    diag = np.diagonal(r, axis1=1, axis2=2)
+    # four candidate (unnormalised) quaternions; pick the best conditioned per matrix
+    cands = np.stack([
+        np.stack([r[:, 2, 1] - r[:, 1, 2], r[:, 0, 2] - r[:, 2, 0], r[:, 1, 0] - r[:, 0, 1],
+                  1 + tr], -1),
+        np.stack([1 + 2 * diag[:, 0] - tr, r[:, 0, 1] + r[:, 1, 0], r[:, 0, 2] + r[:, 2, 0],
+                  r[:, 2, 1] - r[:, 1, 2]], -1),
+        np.stack([r[:, 0, 1] + r[:, 1, 0], 1 + 2 * diag[:, 1] - tr, r[:, 1, 2] + r[:, 2, 1],
+                  r[:, 0, 2] - r[:, 2, 0]], -1),
+        np.stack([r[:, 0, 2] + r[:, 2, 0], r[:, 1, 2] + r[:, 2, 1], 1 + 2 * diag[:, 2] - tr,
+                  r[:, 1, 0] - r[:, 0, 1]], -1),
+    ], 1)  # (n, 4 candidates, xyzw)
+    pick = np.argmax(np.concatenate([tr[:, None], diag], 1), 1)
+    q = cands[np.arange(len(r)), pick]
+    q = q / np.linalg.norm(q, axis=-1, keepdims=True)
+    q = np.where(q[:, 3:4] < 0, -q, q)
+    return q.reshape(shape + (4,))
+
+
+def quaternion_to_rotation(q) -> np.ndarray:
+    """(..., 4) xyzw quaternion (any non-zero norm) -> (..., 3, 3) rotation."""
+    q = np.asarray(q, dtype=np.float64)
+    if q.shape[-1] != 4:
+        raise ValueError(f"q must have shape (..., 4), got {q.shape}")
+    n = np.linalg.norm(q, axis=-1, keepdims=True)
+    if not np.all(n > 0):
+        raise ValueError("zero quaternion")
+    x, y, z, w = np.moveaxis(q / n, -1, 0)
+    return np.stack([
+        1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w),
+        2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w),
+        2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y),
+    ], -1).reshape(q.shape[:-1] + (3, 3))
+
+
+def matrix_to_tq(T) -> tuple[np.ndarray, np.ndarray]:
+    """(..., 4, 4) rigid transform -> (translation (..., 3), quaternion xyzw (..., 4))."""
+    m = _mat4(T, "T")
+    return m[..., :3, 3].copy(), rotation_to_quaternion(m[..., :3, :3])
+
+
+def tq_to_matrix(t, q) -> np.ndarray:
+    """(translation (..., 3), quaternion xyzw (..., 4)) -> (..., 4, 4)."""
+    t = np.asarray(t, dtype=np.float64)
+    r = quaternion_to_rotation(q)
+    if t.shape[-1] != 3:
+        raise ValueError(f"t must have shape (..., 3), got {t.shape}")
+    shape = np.broadcast_shapes(t.shape[:-1], r.shape[:-2])
+    m = np.zeros(shape + (4, 4))
+    m[..., :3, :3] = r
+    m[..., :3, 3] = t
+    m[..., 3, 3] = 1.0
+    return m
+
+
+def format_stamp(stamp_ns: int) -> str:
+    """Integer nanoseconds -> seconds with 9 decimals, exactly (``'12.000000001'``)."""
+    ns = int(stamp_ns)
+    sign = "-" if ns < 0 else ""
+    ns = abs(ns)
+    return f"{sign}{ns // 1_000_000_000}.{ns % 1_000_000_000:09d}"
+
+
+def parse_stamp(text: str) -> int:
+    """Seconds as decimal text (any precision, exponent allowed) -> integer nanoseconds,
+    rounded half-even at the nanosecond."""
+    try:
+        d = Decimal(text.strip())
+    except InvalidOperation:
+        raise ValueError(f"not a timestamp: {text!r}") from None
+    if not d.is_finite():
+        raise ValueError(f"not a finite timestamp: {text!r}")
+    return int((d * 1_000_000_000).to_integral_value())
+
+
+def write_tum(path: PathLike, stamps_ns: Sequence[int], poses) -> Path:
+    """Write poses (N, 4, 4) with integer-ns stamps as a TUM file; atomic (temp + rename).
+
+    Values are written with ``repr`` precision, so a float64 pose reads back bit-exact
+    (quaternions are canonicalised with w >= 0)."""
+    path = Path(path)
+    stamps = [int(s) for s in stamps_ns]
+    m = _mat4(poses, "poses").reshape(-1, 4, 4)
+    if len(stamps) != len(m):
+        raise ValueError(f"{len(stamps)} stamps for {len(m)} poses")
+    if not np.isfinite(m).all():
+        raise ValueError("poses contain non-finite values")
+    t, q = matrix_to_tq(m)
+    lines = ["# timestamp tx ty tz qx qy qz qw\n"]
+    for s, ti, qi in zip(stamps, t, q):
+        lines.append(" ".join([format_stamp(s)] + [repr(float(v)) for v in (*ti, *qi)]) + "\n")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(lines))
+    os.replace(tmp, path)
+    return path
+
+
+def read_tum(path: PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """TUM file -> (stamps_ns int64 (N,), poses float64 (N, 4, 4)).
+
+    Blank lines and ``#`` comments are skipped; fields may be separated by spaces, tabs or
+    commas. A line without 8 numbers raises ValueError naming the line."""
+    stamps, rows = [], []
+    for no, line in enumerate(Path(path).read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        fields = line.replace(",", " ").split()
+        if len(fields) != 8:
+            raise ValueError(f"{path}:{no}: expected 8 fields (t tx ty tz qx qy qz qw), "
+                             f"got {len(fields)}")
+        try:
+            stamps.append(parse_stamp(fields[0]))
+            rows.append([float(f) for f in fields[1:]])
+        except ValueError as err:
+            raise ValueError(f"{path}:{no}: {err}") from None
+    if not rows:
+        return np.zeros(0, np.int64), np.zeros((0, 4, 4))
+    arr = np.asarray(rows)
+    return np.asarray(stamps, np.int64), tq_to_matrix(arr[:, :3], arr[:, 3:])
