@@ -13,9 +13,9 @@ export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
 export ROS_DOMAIN_ID ?= $(shell python3 -c 'import random; print(random.randint(1, 100))')
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test venv bench-cache clean
+.PHONY: demo test venv ros bench-cache clean
 
-venv: $(STAMP)
+venv: $(STAMP) ros
 
 $(STAMP): setup.py setup.cfg package.xml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -23,15 +23,20 @@ $(STAMP): setup.py setup.cfg package.xml
 	$(PY) -m pip install -q -e ".[test]"
 	touch $@
 
-demo: $(STAMP)
+# ROS 2 Kilted from pip wheels + our interface package, built into the venv. Idempotent and
+# cheap when nothing changed (it keeps its own stamps, keyed on msg/ and srv/).
+ros: $(STAMP)
+	bash scripts/setup_ros.sh $(VENV)
+
+demo: venv
 	$(PY) -m lingbot_ros.tools.demo
 
 # pytest exits 5 when it collects nothing (e.g. a -k filter that matches no test): say so.
-test: $(STAMP)
+test: venv
 	@rc=0; $(PY) -m pytest $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests"; exit 1; fi; exit $$rc
 
-bench-cache: $(STAMP)
+bench-cache: venv
 	$(PY) -m lingbot_ros.tools.bench_cache
 
 clean:

@@ -18,6 +18,7 @@ setup(
         (f"share/{PACKAGE}", ["package.xml"]),
         (f"share/{PACKAGE}/config", glob("config/*.yaml")),
         (f"share/{PACKAGE}/msg", glob("msg/*.msg")),
+        (f"share/{PACKAGE}/srv", glob("srv/*.srv")),
     ],
     # torch is not pinned here: robots bring their own CUDA build; the Makefile installs the
     # CPU build for development and CI before this package.
@@ -40,6 +41,7 @@ setup(
             "lingbot-ros-bench-cache = lingbot_ros.tools.bench_cache:main",
             "lingbot-ros-parity = lingbot_ros.tools.parity:main",
             "lingbot-ros-offline = lingbot_ros.tools.offline:main",
+            "lingbot-ros-replay = lingbot_ros.tools.bag_replay:main",
         ],
     },
 )

@@ -63,25 +63,28 @@ NPINC=$("$PY" -c 'import numpy; print(numpy.get_include())')
   -e "s#/opt/python/cp3[0-9]*-cp3[0-9]*/lib/python3\.[0-9]*/site-packages/numpy/_core/include#$NPINC#g"
 
 # --- 3./4. interface packages ----------------------------------------------------------------
-# build_interfaces NAME SRC KEY: configure, build and install SRC into the venv. Files of the
-# previous build (its install manifest) are removed first, so a deleted .msg leaves nothing.
+# build_interfaces NAME SRC KEY: configure and build SRC, then install it into the venv. The
+# files of the previous install (its manifest) are removed just before, so a deleted .msg
+# leaves nothing behind and the package is missing only for the moment of the install.
 build_interfaces() {
   local name=$1 src=$2 key=$3 build
   build=$(mktemp -d "${TMPDIR:-/tmp}/lingbot_ros-$name.XXXXXX")
-  if [ -f "$STAMPS/$name.manifest" ]; then
-    xargs -r -d '\n' rm -f < "$STAMPS/$name.manifest"
-    rm -f "$STAMPS/$name.key" "$STAMPS/$name.manifest"
-  fi
   log "building $name into $VENV"
   if ! (export AMENT_PREFIX_PATH="$VENV" PATH="$VENV/bin:$PATH" VIRTUAL_ENV="$VENV"
         cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF \
           -DCMAKE_PREFIX_PATH="$VENV" -DCMAKE_INSTALL_PREFIX="$VENV" \
           -DPython3_EXECUTABLE="$PY" -DPython3_FIND_VIRTUALENV=ONLY > "$build/cmake.log" 2>&1 &&
-        cmake --build "$build" --target install -j"$(nproc)" > "$build/build.log" 2>&1); then
+        cmake --build "$build" -j"$(nproc)" > "$build/build.log" 2>&1); then
     tail -n 40 "$build"/*.log >&2
     echo "setup_ros.sh: building $name failed; logs in $build" >&2
     exit 1
   fi
+  if [ -f "$STAMPS/$name.manifest" ]; then
+    xargs -r -d '\n' rm -f < "$STAMPS/$name.manifest"
+    rm -f "$STAMPS/$name.key" "$STAMPS/$name.manifest"
+  fi
+  cmake --install "$build" > "$build/install.log" 2>&1 || {
+    tail -n 20 "$build/install.log" >&2; echo "setup_ros.sh: installing $name failed" >&2; exit 1; }
   cp "$build/install_manifest.txt" "$STAMPS/$name.manifest"
   rm -rf "$build"
   echo "$key" > "$STAMPS/$name.key"

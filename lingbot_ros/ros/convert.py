@@ -1,0 +1,349 @@
+"""sensor_msgs Image / CompressedImage <-> numpy arrays, with validation that names the reason.
+
+Decoding returns the pixels in the message's own layout -- ``(H, W)`` for one channel,
+``(H, W, C)`` otherwise, native byte order -- and leaves channel order, alpha and bit depth to
+``lingbot_ros.preprocess`` (pass it the array and the encoding). A malformed message raises
+:class:`ImageRejected`, whose ``reason`` is one of :data:`REJECT_REASONS`, short enough to key a
+drop counter; the node counts it and moves on.
+
+``image_to_array`` is zero-copy for 8-bit and little-endian messages: the array views the
+message's buffer (row padding skipped through strides), so copy it to keep it beyond the message.
+Encoding builds ``bytes`` for ``Image.data``: assigning a numpy array there costs ~60 ms a frame
+in rclpy, bytes ~0.1 ms. OpenCV (``cv2``) is needed only for CompressedImage.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import struct
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Optional
+
+import numpy as np
+from sensor_msgs.msg import CompressedImage, Image
+
+__all__ = ["ENCODINGS", "REJECT_REASONS", "ImageLimits", "ImageRejected", "PixelFormat",
+           "array_to_compressed", "array_to_image", "compressed_to_array",
+           "cv_bridge_in_ros_install", "image_to_array", "validate_image"]
+
+REJECT_REASONS = ("unknown_encoding", "bad_step", "zero_size", "truncated", "too_large",
+                  "decode_failed")
+Backend = Literal["numpy", "cv_bridge", "auto"]
+
+
+@dataclass(frozen=True, slots=True)
+class PixelFormat:
+    """Memory layout of one encoding: channels per pixel and the numpy dtype of a channel."""
+
+    channels: int
+    dtype: str  # 'uint8' | 'uint16'
+
+    @property
+    def bytes_per_pixel(self) -> int:
+        return self.channels * np.dtype(self.dtype).itemsize
+
+
+# ROS names (sensor_msgs/image_encodings.hpp) of the layouts preprocess understands. The OpenCV
+# type names (8UC3, ...) carry no channel order; preprocess reads them as cv2 order (BGR/BGRA).
+ENCODINGS: dict[str, PixelFormat] = {
+    "rgb8": PixelFormat(3, "uint8"), "bgr8": PixelFormat(3, "uint8"),
+    "rgba8": PixelFormat(4, "uint8"), "bgra8": PixelFormat(4, "uint8"),
+    "mono8": PixelFormat(1, "uint8"), "mono16": PixelFormat(1, "uint16"),
+    "rgb16": PixelFormat(3, "uint16"), "bgr16": PixelFormat(3, "uint16"),
+    "rgba16": PixelFormat(4, "uint16"), "bgra16": PixelFormat(4, "uint16"),
+    "8UC1": PixelFormat(1, "uint8"), "8UC3": PixelFormat(3, "uint8"),
+    "8UC4": PixelFormat(4, "uint8"), "16UC1": PixelFormat(1, "uint16"),
+    "16UC3": PixelFormat(3, "uint16"), "16UC4": PixelFormat(4, "uint16"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ImageLimits:
+    """Bounds on what a message may make us allocate or decode."""
+
+    max_pixels: int = 4096 * 4096  # width * height, raw or decoded
+    max_compressed_bytes: int = 64 * 1024 * 1024  # CompressedImage.data length
+
+    def __post_init__(self) -> None:
+        for name in ("max_pixels", "max_compressed_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+class ImageRejected(ValueError):
+    """A message that cannot become an array. ``reason`` is one of REJECT_REASONS."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        assert reason in REJECT_REASONS, reason
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def validate_image(msg: Image, limits: ImageLimits = ImageLimits()) -> PixelFormat:
+    """Check an Image's geometry against its data, without touching the pixels.
+
+    Args:
+        msg: the message.
+        limits: size bounds.
+    Returns:
+        The PixelFormat of ``msg.encoding``.
+    Raises:
+        ImageRejected: unknown_encoding, zero_size, too_large, bad_step (step shorter than a
+            row) or truncated (fewer than step * height bytes; extra trailing bytes are ignored).
+    """
+    fmt = ENCODINGS.get(msg.encoding)
+    if fmt is None:
+        raise ImageRejected("unknown_encoding",
+                            f"{msg.encoding[:40]!r} is not one of {', '.join(ENCODINGS)}")
+    height, width, step = msg.height, msg.width, msg.step
+    if height == 0 or width == 0:
+        raise ImageRejected("zero_size", f"{width}x{height} image")
+    if height * width > limits.max_pixels:
+        raise ImageRejected("too_large", f"{width}x{height} is over max_pixels={limits.max_pixels}")
+    row = width * fmt.bytes_per_pixel
+    if step < row:
+        raise ImageRejected("bad_step", f"step {step} < width {width} * {fmt.bytes_per_pixel} "
+                                        f"bytes per {msg.encoding} pixel = {row}")
+    if len(msg.data) < step * height:
+        raise ImageRejected("truncated", f"{len(msg.data)} bytes < step {step} * height {height}")
+    return fmt
+
+
+def image_to_array(msg: Image, limits: ImageLimits = ImageLimits(), *,
+                   backend: Backend = "numpy") -> np.ndarray:
+    """Image -> array in the message's layout, native byte order.
+
+    Args:
+        msg: the message; its ``encoding`` names the layout (see ENCODINGS).
+        limits: size bounds.
+        backend: 'numpy' (zero-copy views); 'cv_bridge' (``CvBridge.imgmsg_to_cv2``, for
+            parity checks -- validation and the result's layout stay ours); 'auto': cv_bridge
+            when a ROS install provides it (see cv_bridge_in_ros_install), else numpy.
+    Returns:
+        ``(H, W)`` or ``(H, W, C)`` uint8/uint16 array. For 8-bit or little-endian messages on
+        numpy it is a view of ``msg.data``: do not mutate it, and copy it to keep it.
+    Raises:
+        ImageRejected: see validate_image; decode_failed when cv_bridge fails or disagrees
+            with the validated layout.
+    """
+    fmt = validate_image(msg, limits)
+    if backend == "auto":
+        backend = "cv_bridge" if cv_bridge_in_ros_install() else "numpy"
+    if backend == "cv_bridge":
+        return _decode_with_cv_bridge(msg, fmt)
+    if backend != "numpy":
+        raise ValueError(f"backend must be 'numpy', 'cv_bridge' or 'auto', got {backend!r}")
+    dtype = np.dtype(fmt.dtype)
+    swapped = dtype.itemsize > 1 and bool(msg.is_bigendian) != (sys.byteorder == "big")
+    if swapped:
+        dtype = dtype.newbyteorder()
+    # Strides skip the row padding; the view shares the message buffer.
+    array = np.ndarray(shape=(msg.height, msg.width, fmt.channels), dtype=dtype,
+                       buffer=memoryview(msg.data).cast("B"),
+                       strides=(msg.step, fmt.bytes_per_pixel, dtype.itemsize))
+    if swapped:
+        array = array.astype(dtype.newbyteorder())  # a native copy
+    return array[:, :, 0] if fmt.channels == 1 else array
+
+
+def array_to_image(array: np.ndarray, encoding: str, *, header=None,
+                   step: Optional[int] = None) -> Image:
+    """Array -> Image (native byte order, data as bytes).
+
+    Args:
+        array: ``(H, W)`` or ``(H, W, C)`` with the channels and dtype of ``encoding``.
+        encoding: a key of ENCODINGS.
+        header: std_msgs/Header to copy (stamp, frame_id); default empty.
+        step: row length in bytes, >= W * bytes per pixel; longer rows are zero-padded.
+    Returns:
+        The message.
+    Raises:
+        ValueError: unknown encoding, or an array that does not match it.
+    """
+    fmt = ENCODINGS.get(encoding)
+    if fmt is None:
+        raise ValueError(f"unknown encoding {encoding!r}; expected one of {', '.join(ENCODINGS)}")
+    expect_ndim = 2 if fmt.channels == 1 else 3
+    if (array.ndim != expect_ndim or (expect_ndim == 3 and array.shape[2] != fmt.channels)
+            or array.dtype != np.dtype(fmt.dtype)):
+        raise ValueError(f"{encoding} needs a {fmt.dtype} array of shape (H, W"
+                         f"{'' if fmt.channels == 1 else f', {fmt.channels}'}), "
+                         f"got {array.dtype} {array.shape}")
+    height, width = array.shape[:2]
+    row = width * fmt.bytes_per_pixel
+    step = row if step is None else step
+    if step < row:
+        raise ValueError(f"step {step} < row length {row}")
+    rows = np.ascontiguousarray(array).reshape(height, row // array.itemsize)
+    if step > row:
+        padded = np.zeros((height, step), dtype=np.uint8)
+        padded[:, :row] = rows.view(np.uint8)
+        data = padded.tobytes()
+    else:
+        data = rows.tobytes()
+    msg = Image(height=height, width=width, encoding=encoding,
+                is_bigendian=int(sys.byteorder == "big"), step=step)
+    msg.data = data
+    if header is not None:
+        msg.header = header
+    return msg
+
+
+def compressed_to_array(msg: CompressedImage,
+                        limits: ImageLimits = ImageLimits()) -> tuple[np.ndarray, str]:
+    """CompressedImage (PNG, JPEG, anything cv2.imdecode reads) -> (array, encoding).
+
+    The image size is read from the PNG/JPEG header and checked before decoding, so a small
+    message cannot make us allocate a huge image.
+
+    Args:
+        msg: the message; ``format`` is informational (cv2 sniffs the data).
+        limits: size bounds.
+    Returns:
+        ``(array, encoding)`` with encoding 'bgr8', 'bgra8', 'mono8' or 'mono16' (OpenCV
+        decodes colour as BGR).
+    Raises:
+        ImageRejected: zero_size (no data), too_large, decode_failed.
+    """
+    data = bytes(msg.data)
+    if not data:
+        raise ImageRejected("zero_size", "empty CompressedImage.data")
+    if len(data) > limits.max_compressed_bytes:
+        raise ImageRejected("too_large", f"{len(data)} bytes is over max_compressed_bytes="
+                                         f"{limits.max_compressed_bytes}")
+    size = _header_size(data)
+    if size is not None and size[0] * size[1] > limits.max_pixels:
+        raise ImageRejected("too_large", f"{size[0]}x{size[1]} is over max_pixels="
+                                         f"{limits.max_pixels}")
+    cv2 = _cv2()
+    array = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+    if array is None:
+        raise ImageRejected("decode_failed", f"OpenCV cannot decode {msg.format!r} data "
+                                             f"({len(data)} bytes)")
+    if array.shape[0] * array.shape[1] > limits.max_pixels:  # formats without a header peek
+        raise ImageRejected("too_large", f"{array.shape[1]}x{array.shape[0]} is over "
+                                         f"max_pixels={limits.max_pixels}")
+    channels = 1 if array.ndim == 2 else array.shape[2]
+    encoding = {(1, "uint8"): "mono8", (1, "uint16"): "mono16", (3, "uint8"): "bgr8",
+                (4, "uint8"): "bgra8"}.get((channels, array.dtype.name))
+    if encoding is None:
+        raise ImageRejected("decode_failed", f"decoded {channels}-channel {array.dtype} images "
+                                             "are not supported")
+    return array, encoding
+
+
+def array_to_compressed(array: np.ndarray, encoding: str, fmt: str = "png", *, header=None,
+                        jpeg_quality: int = 95) -> CompressedImage:
+    """Array -> CompressedImage, ``format`` following image_transport ('rgb8; png compressed bgr8').
+
+    Args:
+        array: as for array_to_image. Colour is stored as BGR(A) (OpenCV's order).
+        encoding: rgb8, bgr8, rgba8, bgra8, mono8, or mono16 (PNG only).
+        fmt: 'png' (lossless) or 'jpeg'.
+        header: std_msgs/Header to copy.
+        jpeg_quality: 0..100.
+    Returns:
+        The message.
+    Raises:
+        ValueError: unsupported encoding/format combination, or the array does not match.
+    """
+    to_bgr = {"rgb8": ("bgr8", "COLOR_RGB2BGR"), "rgba8": ("bgra8", "COLOR_RGBA2BGRA"),
+              "bgr8": ("bgr8", None), "bgra8": ("bgra8", None), "mono8": ("mono8", None),
+              "mono16": ("mono16", None)}
+    if encoding not in to_bgr or fmt not in ("png", "jpeg") or (fmt, encoding) == ("jpeg",
+                                                                                   "mono16"):
+        raise ValueError(f"cannot store {encoding!r} as {fmt!r}")
+    array_to_image(array, encoding)  # the same shape/dtype checks
+    cv2 = _cv2()
+    stored, code = to_bgr[encoding]
+    pixels = array if code is None else cv2.cvtColor(array, getattr(cv2, code))
+    params = [cv2.IMWRITE_JPEG_QUALITY, int(jpeg_quality)] if fmt == "jpeg" else []
+    ok, buf = cv2.imencode(".png" if fmt == "png" else ".jpg", pixels, params)
+    if not ok:
+        raise ValueError(f"OpenCV could not encode {encoding} as {fmt}")
+    msg = CompressedImage(format=f"{encoding}; {fmt} compressed {stored}")
+    msg.data = buf.tobytes()
+    if header is not None:
+        msg.header = header
+    return msg
+
+
+def cv_bridge_in_ros_install() -> bool:
+    """True when cv_bridge is importable and registered in the ament index of a ROS install.
+
+    The PyPI ``cv-bridge`` package (a port of the ROS 1 bridge) registers nothing there, so
+    'auto' never picks it: it ignores ``step`` and decodes 16UC1 as 8-bit.
+    """
+    return _cv_bridge_registered(os.environ.get("AMENT_PREFIX_PATH", ""))
+
+
+@functools.lru_cache(maxsize=4)  # once per AMENT_PREFIX_PATH value, not once per frame
+def _cv_bridge_registered(ament_prefix_path: str) -> bool:
+    marker = Path("share", "ament_index", "resource_index", "packages", "cv_bridge")
+    if not any((Path(p) / marker).is_file() for p in ament_prefix_path.split(os.pathsep) if p):
+        return False
+    try:
+        _cv_bridge()
+    except ImportError:
+        return False
+    return True
+
+
+@functools.cache
+def _cv_bridge():
+    from cv_bridge import CvBridge  # noqa: PLC0415 -- optional, only on request
+    return CvBridge()
+
+
+def _decode_with_cv_bridge(msg: Image, fmt: PixelFormat) -> np.ndarray:
+    expected = (msg.height, msg.width) + (() if fmt.channels == 1 else (fmt.channels,))
+    try:
+        array = np.asarray(_cv_bridge().imgmsg_to_cv2(msg, desired_encoding="passthrough"))
+    except ImportError:
+        raise
+    except Exception as err:  # noqa: BLE001 -- any bridge failure is this message's failure
+        raise ImageRejected("decode_failed", f"cv_bridge: {type(err).__name__}: {err}") from err
+    if array.shape != expected or array.dtype.kind != "u" or array.dtype.itemsize != \
+            np.dtype(fmt.dtype).itemsize:
+        raise ImageRejected("decode_failed", f"cv_bridge returned {array.dtype} {array.shape} "
+                                             f"for {msg.encoding} {expected}")
+    return array.astype(fmt.dtype, copy=False)  # native byte order
+
+
+@functools.cache
+def _cv2():
+    try:
+        import cv2  # noqa: PLC0415 -- only CompressedImage needs OpenCV
+    except ImportError as err:
+        raise ImportError("CompressedImage needs OpenCV: pip install opencv-python-headless") \
+            from err
+    return cv2
+
+
+def _header_size(data: bytes) -> Optional[tuple[int, int]]:
+    """(width, height) from a PNG IHDR or a JPEG SOFn segment; None for other data."""
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24:
+        return struct.unpack(">II", data[16:24])
+    if data[:2] != b"\xff\xd8":
+        return None
+    pos = 2
+    while pos + 9 <= len(data):
+        if data[pos] != 0xFF:
+            return None
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:  # no length field
+            pos += 2
+            continue
+        (length,) = struct.unpack(">H", data[pos + 2:pos + 4])
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # SOF0..SOF15
+            height, width = struct.unpack(">HH", data[pos + 5:pos + 9])
+            return width, height
+        pos += 2 + length
+    return None
