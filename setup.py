@@ -42,6 +42,7 @@ setup(
             "lingbot-ros-parity = lingbot_ros.tools.parity:main",
             "lingbot-ros-offline = lingbot_ros.tools.offline:main",
             "lingbot-ros-replay = lingbot_ros.tools.bag_replay:main",
+            "lingbot_ros_node = lingbot_ros.ros.node:main",
         ],
     },
 )

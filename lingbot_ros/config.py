@@ -266,3 +266,55 @@ class SessionConfig:
     def camera_chunk_frames(self) -> int:
         """Camera-head cache capacity step: one window's keyframes when rolling over."""
         return self.rollover_keyframes + 1 if self.rollover_keyframes is not None else 256
+
+
+# --- ROS node I/O (topics, frames, QoS, publishing) ------------------------------------------
+
+TF_MODES = ("map_to_camera", "map_to_odom", "none")
+IMAGE_QOS = ("sensor_data", "reliable")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """What the ROS node subscribes to and publishes; the session has its own config."""
+
+    image_topic: str = "image"
+    use_compressed: bool = False  # subscribe <image_topic>/compressed (CompressedImage)
+    camera_info_topic: str = "camera_info"
+    image_qos: str = "sensor_data"  # sensor_data (best effort) | reliable
+    image_qos_depth: int = 5
+    queue_size: int = 2  # latest-wins queue between the callback and the worker
+    map_frame: str = "map"
+    odom_frame: str = "odom"
+    base_frame: str = "base_link"
+    camera_frame: str = ""  # "" = the image header's frame_id
+    camera_is_optical: bool = True  # the camera frame has optical axes (x right, y down)
+    tf_mode: str = "map_to_camera"  # map_to_camera | map_to_odom | none
+    publish_points: bool = False
+    points_rate_hz: float = 1.0
+    points_stride: int = 4
+    points_min_conf: float = 1.5
+    path_max_poses: int = 10_000  # 0 = unbounded
+    cache_info_rate_hz: float = 1.0
+    diagnostics_rate_hz: float = 1.0
+    max_image_pixels: int = 4096 * 4096  # larger images are rejected (counted)
+
+    def __post_init__(self) -> None:
+        for name in ("image_topic", "camera_info_topic", "map_frame", "odom_frame",
+                     "base_frame"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"{name} must be a non-empty string")
+        if self.image_qos not in IMAGE_QOS:
+            raise ValueError(f"qos.image must be one of {IMAGE_QOS}, got {self.image_qos!r}")
+        if self.tf_mode not in TF_MODES:
+            raise ValueError(f"tf.mode must be one of {TF_MODES}, got {self.tf_mode!r}")
+        for name in ("image_qos_depth", "queue_size", "points_stride", "max_image_pixels"):
+            _positive(name, getattr(self, name))
+        _non_negative("path_max_poses", self.path_max_poses)
+        for name in ("points_rate_hz", "cache_info_rate_hz", "diagnostics_rate_hz"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0 < value <= 1000:
+                raise ValueError(f"{name} must be in (0, 1000] Hz, got {value!r}")
+        if not isinstance(self.points_min_conf, (int, float)) or self.points_min_conf < 1:
+            raise ValueError(f"points_min_conf must be >= 1 (confidence is 1 + exp(.)), got "
+                             f"{self.points_min_conf!r}")

@@ -20,9 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from ..config import KEYFRAME_POLICIES, KeyframeConfig, PreprocessConfig, SessionConfig
-from ..model.presets import PRESETS, build_model
+from ..session.factory import PRESETS, open_session
 from ..session.points import PointAccumulator, frame_points
-from ..session.session import StreamingSession
 from ..session.sim3 import ate_rmse
 from ..session.types import FrameRejected
 from .frame_sources import open_source
@@ -89,10 +88,9 @@ def _progress(total, disabled):
 def run(args) -> dict:
     config = session_config(args)
     source = open_source(args.input, topic=args.topic, fps=args.fps)
-    model, random_weights = build_model(args.preset, args.checkpoint, args.device)
+    session, random_weights = open_session(config, args.preset, args.checkpoint)
     if random_weights:
         log.warning(RANDOM_WEIGHTS_NOTICE)
-    session = StreamingSession(model, config)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     points = PointAccumulator() if args.ply else None

@@ -1,0 +1,81 @@
+"""FrameResult / session info -> ROS messages. Pure builders: no node, no publishing."""
+from __future__ import annotations
+
+import numpy as np
+from builtin_interfaces.msg import Time
+from geometry_msgs.msg import Pose, PoseStamped, Quaternion, TransformStamped, Vector3
+from nav_msgs.msg import Odometry
+from sensor_msgs.msg import PointCloud2, PointField
+from std_msgs.msg import Header
+
+from ..session.poses import c2w_to_map, rotation_to_quaternion
+
+_CACHE_FIELDS_INT = ("frames_seen", "frames_committed", "frames_rolled_back", "frames_cached",
+                     "scale_frames", "window_frames", "special_frames", "special_tokens",
+                     "patch_pages_used", "patch_pages_total", "special_pages_used",
+                     "special_pages_total", "page_size", "tokens_visible", "bytes_used",
+                     "bytes_reserved")
+
+
+def stamp_to_ns(stamp: Time) -> int:
+    return stamp.sec * 1_000_000_000 + stamp.nanosec
+
+
+def ns_to_stamp(ns: int) -> Time:
+    return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+
+
+def camera_in_map(c2w: np.ndarray, optical: bool) -> np.ndarray:
+    """4x4 pose of the camera frame in the map (the first camera's body frame, REP-103)."""
+    return c2w_to_map(c2w, frame="optical" if optical else "body")
+
+
+def pose_of(T: np.ndarray) -> Pose:
+    q = rotation_to_quaternion(T[:3, :3])  # xyzw
+    pose = Pose()
+    pose.position.x, pose.position.y, pose.position.z = (float(x) for x in T[:3, 3])
+    pose.orientation = Quaternion(x=float(q[0]), y=float(q[1]), z=float(q[2]), w=float(q[3]))
+    return pose
+
+
+def pose_stamped(T: np.ndarray, stamp: Time, frame_id: str) -> PoseStamped:
+    return PoseStamped(header=Header(stamp=stamp, frame_id=frame_id), pose=pose_of(T))
+
+
+def odometry(T: np.ndarray, stamp: Time, frame_id: str, child_frame_id: str) -> Odometry:
+    """Pose only: twist and covariances are unknown and left at zero."""
+    msg = Odometry(header=Header(stamp=stamp, frame_id=frame_id), child_frame_id=child_frame_id)
+    msg.pose.pose = pose_of(T)
+    return msg
+
+
+def transform(T: np.ndarray, stamp: Time, parent: str, child: str) -> TransformStamped:
+    msg = TransformStamped(header=Header(stamp=stamp, frame_id=parent), child_frame_id=child)
+    p = pose_of(T)
+    msg.transform.translation = Vector3(x=p.position.x, y=p.position.y, z=p.position.z)
+    msg.transform.rotation = p.orientation
+    return msg
+
+
+def point_cloud(xyz: np.ndarray, rgb: np.ndarray, stamp: Time, frame_id: str) -> PointCloud2:
+    """x, y, z float32 and rgb packed in a float32 (the PCL / RViz convention)."""
+    n = len(xyz)
+    rec = np.empty(n, dtype=[("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("rgb", "<u4")])
+    rec["x"], rec["y"], rec["z"] = xyz[:, 0], xyz[:, 1], xyz[:, 2]
+    rgb = rgb.astype(np.uint32)
+    rec["rgb"] = (rgb[:, 0] << 16) | (rgb[:, 1] << 8) | rgb[:, 2]
+    fields = [PointField(name=name, offset=4 * i, datatype=PointField.FLOAT32, count=1)
+              for i, name in enumerate(("x", "y", "z", "rgb"))]
+    return PointCloud2(header=Header(stamp=stamp, frame_id=frame_id), height=1, width=n,
+                       fields=fields, is_bigendian=False, point_step=16, row_step=16 * n,
+                       data=rec.tobytes(), is_dense=True)
+
+
+def cache_info(msg_type, info: dict, stamp: Time):
+    """``lingbot_ros_interfaces/CacheInfo`` from ``PagedKVCache.info()``."""
+    msg = msg_type(stamp=stamp)
+    for name in _CACHE_FIELDS_INT:
+        setattr(msg, name, int(info.get(name, 0)))
+    bound = info.get("max_special_frames")
+    msg.max_special_frames = -1 if bound is None else int(bound)
+    return msg

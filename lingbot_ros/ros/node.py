@@ -1,0 +1,313 @@
+"""lingbot_ros_node: the lifecycle node. A thin adapter: ROS in, StreamingSession, ROS out.
+
+Threads: the executor runs callbacks (image intake only enqueues; services and timers read
+snapshots), one worker thread runs the session and publishes. ``_session_lock`` serialises
+the worker's frame with reset/cleanup, so a reset waits for the frame in flight.
+"""
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+import time
+from collections import Counter, deque
+from typing import NamedTuple, Optional
+
+import numpy as np
+import rclpy
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from sensor_msgs.msg import CameraInfo, CompressedImage, Image
+
+from ..session.factory import load_session_model
+from ..session.session import StreamingSession
+from ..session.stats import LatencyWindow
+from ..session.types import FrameRejected
+from . import params
+from .convert import ImageLimits, ImageRejected, compressed_to_array, image_to_array
+from .messages import stamp_to_ns
+from .outputs import Outputs
+from .services import Services
+from .status import Status
+
+NODE_NAME = "lingbot_ros"
+
+
+class _Queued(NamedTuple):
+    msg: object
+    received: float  # time.monotonic() at the callback
+    generation: int  # reset counter at the callback: frames from before a reset are dropped
+
+
+class LingbotNode(LifecycleNode):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(NODE_NAME, **kwargs)
+        self._param_errors = params.declare(self)
+        self.settings: Optional[params.Settings] = None
+        self.session: Optional[StreamingSession] = None
+        self._session_lock = threading.Lock()
+        self._generation = 0
+        self.counters: Counter = Counter()
+        self.latency = LatencyWindow()  # callback -> published, ms
+        self.info_snapshot: Optional[dict] = None
+        self.last_error = ""
+        self.last_image_time: Optional[float] = None
+        self.camera_info: Optional[CameraInfo] = None
+        self.last_fx: Optional[float] = None
+        self._queue = None
+        self._worker: Optional[threading.Thread] = None
+        self._stop = threading.Event()
+        self._outputs: Optional[Outputs] = None
+        self._service_handles: Optional[Services] = None
+        self._status: Optional[Status] = None
+        self._subs: list = []
+        self._io_group = MutuallyExclusiveCallbackGroup()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Validate parameters, load the model, build the session, warm up, add services."""
+        errors = list(self._param_errors)
+        try:
+            settings = params.build_settings(params.read(self))
+        except ValueError as exc:
+            errors.append(str(exc))
+        if errors:
+            for e in errors:
+                self.get_logger().error(f"configure failed: {e}")
+            return TransitionCallbackReturn.FAILURE
+        try:
+            model, random_weights = load_session_model(
+                settings.session, settings.preset, settings.checkpoint or None,
+                settings.precision)
+            if settings.warmup:
+                self._warm_up(model, settings)
+            session = StreamingSession(model, settings.session)
+        except Exception as exc:  # a bad checkpoint, no CUDA, no flashinfer...
+            self.get_logger().error(f"configure failed: {type(exc).__name__}: {exc}")
+            return TransitionCallbackReturn.FAILURE
+        if random_weights:
+            self.get_logger().warning(
+                f"NO CHECKPOINT: model.preset '{settings.preset}' with RANDOM weights; poses "
+                "are NOT meaningful. Set the 'checkpoint' parameter for real estimates.")
+        self.settings, self.session = settings, session
+        self.info_snapshot = session.info()
+        try:
+            self._service_handles = Services(self)
+        except Exception as exc:  # e.g. the interface package is not installed
+            self.get_logger().error(f"configure failed: cannot create services: {exc}")
+            self._release()
+            return TransitionCallbackReturn.FAILURE
+        self.get_logger().info(
+            f"configured: {'checkpoint ' + settings.checkpoint if settings.checkpoint else 'random ' + settings.preset} "
+            f"on {settings.session.device}, attention {settings.session.attention_backend}, "
+            f"{settings.session.num_scale_frames} anchor frames, window {settings.session.window}")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Publishers, subscriptions, timers and the worker thread."""
+        cfg = self.settings.node
+        tf_lookup = None
+        if cfg.tf_mode == "map_to_odom":
+            tf_lookup = self._make_tf_lookup()
+            if tf_lookup is None:
+                return TransitionCallbackReturn.FAILURE
+        from .frame_queue import FrameQueue
+        self._queue = FrameQueue(cfg.queue_size)
+        self._outputs = Outputs(self, cfg, tf_lookup)
+        self._status = Status(self)
+        qos = QoSProfile(depth=cfg.image_qos_depth, reliability=(
+            ReliabilityPolicy.BEST_EFFORT if cfg.image_qos == "sensor_data"
+            else ReliabilityPolicy.RELIABLE))
+        topic, msg_type = ((cfg.image_topic + "/compressed", CompressedImage)
+                           if cfg.use_compressed else (cfg.image_topic, Image))
+        self._subs = [
+            self.create_subscription(msg_type, topic, self._on_image, qos,
+                                     callback_group=self._io_group),
+            self.create_subscription(CameraInfo, cfg.camera_info_topic, self._on_camera_info,
+                                     qos_profile_sensor_data, callback_group=self._io_group)]
+        self._stop.clear()
+        self._worker = threading.Thread(target=self._work, name="lingbot_worker", daemon=True)
+        self._worker.start()
+        self.get_logger().info(f"active: listening on {self.resolve_topic_name(topic)}")
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Stop intake; queued frames are dropped and counted; the session keeps its state."""
+        self._stop_io()
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._release()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._stop_io()
+        self._release()
+        return TransitionCallbackReturn.SUCCESS
+
+    def _stop_io(self) -> None:
+        for sub in self._subs:
+            self.destroy_subscription(sub)
+        self._subs = []
+        self._stop.set()
+        if self._worker is not None:
+            self._worker.join(timeout=30)
+            self._worker = None
+        if self._queue is not None:
+            self.counters["dropped_inactive"] += self._queue.clear()
+        if self._status is not None:
+            self._status.destroy()
+            self._status = None
+        if self._outputs is not None:
+            self._outputs.destroy()
+            self._outputs = None
+
+    def _release(self) -> None:
+        """Free the session, caches and model (GPU memory included); remove services."""
+        if self._service_handles is not None:
+            self._service_handles.destroy()
+            self._service_handles = None
+        with self._session_lock:
+            self.session = None
+            self.info_snapshot = None
+        gc.collect()
+        try:
+            import torch
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        except ImportError:  # pragma: no cover
+            pass
+
+    # -- intake --------------------------------------------------------------------------------
+    def _on_image(self, msg) -> None:
+        """Only enqueue: never touches the model or the GPU."""
+        self.counters["received"] += 1
+        self.last_image_time = time.monotonic()
+        if self._queue.put(_Queued(msg, self.last_image_time, self._generation)):
+            self.counters["dropped_queue_full"] += 1
+
+    def _on_camera_info(self, msg: CameraInfo) -> None:
+        self.camera_info = msg
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            item = self._queue.get(timeout=0.1)
+            if item is None:
+                continue
+            with self._session_lock:
+                if self.session is None or item.generation != self._generation:
+                    self.counters["dropped_reset"] += 1
+                    continue
+                self._process(item)
+
+    def _process(self, item: _Queued) -> None:
+        cfg = self.settings.node
+        msg = item.msg
+        limits = ImageLimits(max_pixels=cfg.max_image_pixels)
+        stamp_ns = stamp_to_ns(msg.header.stamp)
+        try:
+            if cfg.use_compressed:
+                array, encoding = compressed_to_array(msg, limits)
+            else:
+                array, encoding = image_to_array(msg, limits), msg.encoding
+            results = self.session.push(array, stamp_ns, encoding)
+        except (ImageRejected, FrameRejected) as exc:
+            self.counters[f"rejected_{exc.reason}"] += 1
+            self.get_logger().warning(f"image at {stamp_ns} ns rejected ({exc.reason}): {exc}",
+                                      throttle_duration_sec=2.0)
+            return
+        except Exception as exc:  # CacheFullError, CUDA OOM...: keep running, say why
+            self.counters["failed"] += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            self.get_logger().error(f"frame at {stamp_ns} ns failed: {self.last_error}",
+                                    throttle_duration_sec=2.0)
+            return
+        self.last_error = ""
+        camera_frame = cfg.camera_frame or msg.header.frame_id or "camera_optical_frame"
+        for result in results:
+            self._outputs.publish(result, camera_frame)
+            self.counters["processed"] += 1
+            self.latency.add((time.monotonic() - item.received) * 1e3)
+            self.last_fx = float(result.K[0, 0])
+            self._status.frame(result, msg.header, self.latency.summary()["last"])
+        self.info_snapshot = self.session.info()
+
+    # -- services' side ----------------------------------------------------------------------
+    def reset_stream(self) -> str:
+        """Clear session, queue and path; waits for the frame in flight (if any)."""
+        with self._session_lock:
+            self._generation += 1
+            dropped = self._queue.clear() if self._queue is not None else 0
+            self.counters["dropped_reset"] += dropped
+            self.session.reset()
+            self.latency.clear()
+            self.info_snapshot = self.session.info()
+            if self._outputs is not None:
+                self._outputs.clear()
+            self.counters["resets"] += 1
+        return f"reset: caches and trajectory cleared, {dropped} queued frame(s) dropped"
+
+    def _make_tf_lookup(self):
+        try:
+            import tf2_ros
+        except ImportError:
+            self.get_logger().error(
+                "tf.mode 'map_to_odom' needs tf2_ros (a ROS install); it is not importable "
+                "here. Use tf.mode 'map_to_camera' or run in a ROS environment.")
+            return None
+        buffer = tf2_ros.Buffer()
+        self._tf_listener = tf2_ros.TransformListener(buffer, self)
+
+        def lookup(parent: str, child: str, stamp) -> Optional[np.ndarray]:
+            from rclpy.time import Time
+            try:
+                t = buffer.lookup_transform(parent, child, Time.from_msg(stamp)).transform
+            except Exception:  # not available at that stamp: counted by the caller
+                return None
+            from ..session.poses import tq_to_matrix
+            return tq_to_matrix([t.translation.x, t.translation.y, t.translation.z],
+                                [t.rotation.x, t.rotation.y, t.rotation.z, t.rotation.w])
+        return lookup
+
+    @staticmethod
+    def _warm_up(model, settings: params.Settings) -> None:
+        """A throwaway stream at the configured size, so the first real frame is not slow."""
+        cfg = settings.session
+        width = cfg.preprocess.width
+        height = cfg.preprocess.height or (width * 3 // 4)
+        warm = StreamingSession(model, cfg)
+        image = np.full((height, width, 3), 127, np.uint8)
+        for i in range(cfg.num_scale_frames + 2):
+            warm.push(image, i + 1)
+        del warm
+
+
+def main(args=None) -> int:
+    rclpy.init(args=args)
+    node = LingbotNode()
+    executor = MultiThreadedExecutor(num_threads=4)
+    executor.add_node(node)
+    try:
+        if node.get_parameter("autostart").value:
+            if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
+                node.get_logger().fatal("configure failed (see above); exiting")
+                return 1
+            node.trigger_activate()
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        try:
+            node.trigger_shutdown()
+        except Exception:  # already finalized
+            pass
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""The node's parameters: one table, declared with descriptors, mapped onto typed configs.
+
+The table is the single source of truth: ``config/lingbot_ros.yaml`` lists the same names
+(a test keeps them in step), the node declares them from here, and ``build_settings`` turns
+their values into ``SessionConfig`` / ``NodeConfig`` / the model choice, raising ValueError
+with the parameter's name for anything invalid.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ..config import (KeyframeConfig, NodeConfig, PreprocessConfig, SessionConfig)
+from ..session.factory import PRESETS
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    default: Any
+    description: str
+    min: Optional[float] = None  # numeric range (inclusive), advertised in the descriptor
+    max: Optional[float] = None
+    choices: tuple = ()
+
+
+PARAMS: tuple[Param, ...] = (
+    Param("autostart", True, "configure and activate on start (no lifecycle manager)"),
+    Param("warmup", True, "run a short dummy stream at configure so frame 1 is not slow"),
+    Param("checkpoint", "", "LingBot-Map weights (.pt/.safetensors); empty = random weights"),
+    Param("model.preset", "tiny", "network size without a checkpoint", choices=PRESETS),
+    Param("device", "cpu", "torch device: cpu | cuda | cuda:N"),
+    Param("precision", "auto", "auto (bf16 aggregator on CUDA) | fp32 | bf16",
+          choices=("auto", "fp32", "bf16")),
+    Param("attention.backend", "torch_ref", "torch_ref | flashinfer (CUDA)",
+          choices=("torch_ref", "flashinfer")),
+    Param("attention.flashinfer_variant", "fa2", "fa2 | fa3 (Hopper) | auto",
+          choices=("fa2", "fa3", "auto")),
+    Param("input.width", 518, "model input width, multiple of 14", 14, 4088),
+    Param("input.height", 0, "model input height, multiple of 14; 0 = from the aspect", 0, 4088),
+    Param("session.num_scale_frames", 8, "anchor frames processed together first", 1, 64),
+    Param("session.rollover_keyframes", 320, "keyframes per window; 0 = never roll over", 0,
+          100_000),
+    Param("session.with_depth", True, "run the depth head on every frame"),
+    Param("cache.window", 64, "frames of full context, current included", 1, 1024),
+    Param("cache.max_special_frames", -1, "trajectory memory bound in frames; -1 = all", -1,
+          10_000_000),
+    Param("cache.max_cache_bytes", -1, "KV pool byte budget; -1 = device memory", -1, 2**50),
+    Param("keyframes.policy", "all", "all | every_n | flow", choices=("all", "every_n", "flow")),
+    Param("keyframes.n", 2, "every_n: keyframe interval", 1, 1000),
+    Param("keyframes.flow_threshold", 10.0, "flow: mean pixel flow for a keyframe", 0.0, 1e4),
+    Param("keyframes.max_gap", 30, "flow: at most this many frames between keyframes", 1, 10_000),
+    Param("topics.image", "image", "image topic (remappable)"),
+    Param("topics.use_compressed", False, "subscribe <topics.image>/compressed instead"),
+    Param("topics.camera_info", "camera_info", "camera info topic (optional input)"),
+    Param("qos.image", "sensor_data", "sensor_data (best effort) | reliable",
+          choices=("sensor_data", "reliable")),
+    Param("qos.image_depth", 5, "image subscription history depth", 1, 1000),
+    Param("queue_size", 2, "latest-wins frames between callback and worker", 1, 100),
+    Param("frames.map", "map", "world frame of poses, path, points and TF"),
+    Param("frames.odom", "odom", "odometry frame (tf.mode map_to_odom)"),
+    Param("frames.base", "base_link", "robot base frame (tf.mode map_to_odom)"),
+    Param("frames.camera", "", "camera frame; empty = the image header's frame_id"),
+    Param("frames.camera_is_optical", True, "the camera frame has optical axes"),
+    Param("tf.mode", "map_to_camera", "map_to_camera | map_to_odom | none",
+          choices=("map_to_camera", "map_to_odom", "none")),
+    Param("publish.points", False, "publish keyframe points on ~/points"),
+    Param("publish.points_rate_hz", 1.0, "max point cloud rate", 0.01, 100.0),
+    Param("publish.points_stride", 4, "pixel stride of the points", 1, 64),
+    Param("publish.points_min_conf", 1.5, "minimum depth confidence of a point", 1.0, 1e6),
+    Param("publish.path_max_poses", 10_000, "poses kept in ~/path; 0 = all", 0, 10_000_000),
+    Param("publish.cache_info_rate_hz", 1.0, "~/cache_info rate", 0.01, 100.0),
+    Param("publish.diagnostics_rate_hz", 1.0, "/diagnostics rate", 0.01, 100.0),
+    Param("max_image_pixels", 4096 * 4096, "larger images are rejected", 1, 2**31 - 1),
+)
+PARAM_NAMES = tuple(p.name for p in PARAMS)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the node needs, validated."""
+
+    session: SessionConfig
+    node: NodeConfig
+    checkpoint: str
+    preset: str
+    precision: str
+    autostart: bool
+    warmup: bool
+
+
+def check_value(p: Param, value) -> None:
+    """Type and range of one value (ROS enforces types, but not our choice lists)."""
+    if type(value) is not type(p.default) and not (isinstance(p.default, float)
+                                                   and isinstance(value, int)):
+        raise ValueError(f"parameter {p.name!r} must be {type(p.default).__name__}, got "
+                         f"{value!r}")
+    if p.choices and value not in p.choices:
+        raise ValueError(f"parameter {p.name!r} must be one of {list(p.choices)}, got {value!r}")
+    if p.min is not None and not p.min <= value <= p.max:
+        raise ValueError(f"parameter {p.name!r} must be in [{p.min}, {p.max}], got {value!r}")
+
+
+def build_settings(values: dict) -> Settings:
+    """Parameter values (name -> value) -> validated settings; ValueError names the culprit."""
+    v = {p.name: values.get(p.name, p.default) for p in PARAMS}
+    for p in PARAMS:
+        check_value(p, v[p.name])
+    try:
+        session = SessionConfig(
+            num_scale_frames=v["session.num_scale_frames"], window=v["cache.window"],
+            max_special_frames=None if v["cache.max_special_frames"] < 0
+            else v["cache.max_special_frames"],
+            max_cache_bytes=None if v["cache.max_cache_bytes"] < 0 else v["cache.max_cache_bytes"],
+            rollover_keyframes=v["session.rollover_keyframes"] or None,
+            keyframes=KeyframeConfig(policy=v["keyframes.policy"], n=v["keyframes.n"],
+                                     flow_threshold=float(v["keyframes.flow_threshold"]),
+                                     max_gap=v["keyframes.max_gap"]),
+            preprocess=PreprocessConfig(width=v["input.width"],
+                                        height=v["input.height"] or None),
+            with_depth=v["session.with_depth"], return_depth=v["publish.points"],
+            attention_backend=v["attention.backend"],
+            flashinfer_variant=v["attention.flashinfer_variant"], device=v["device"])
+        node = NodeConfig(
+            image_topic=v["topics.image"], use_compressed=v["topics.use_compressed"],
+            camera_info_topic=v["topics.camera_info"], image_qos=v["qos.image"],
+            image_qos_depth=v["qos.image_depth"], queue_size=v["queue_size"],
+            map_frame=v["frames.map"], odom_frame=v["frames.odom"], base_frame=v["frames.base"],
+            camera_frame=v["frames.camera"], camera_is_optical=v["frames.camera_is_optical"],
+            tf_mode=v["tf.mode"], publish_points=v["publish.points"],
+            points_rate_hz=float(v["publish.points_rate_hz"]),
+            points_stride=v["publish.points_stride"],
+            points_min_conf=float(v["publish.points_min_conf"]),
+            path_max_poses=v["publish.path_max_poses"],
+            cache_info_rate_hz=float(v["publish.cache_info_rate_hz"]),
+            diagnostics_rate_hz=float(v["publish.diagnostics_rate_hz"]),
+            max_image_pixels=v["max_image_pixels"])
+    except ValueError as exc:
+        raise ValueError(f"invalid parameters: {exc}") from exc
+    return Settings(session, node, v["checkpoint"], v["model.preset"], v["precision"],
+                    v["autostart"], v["warmup"])
+
+
+def declare(node) -> list[str]:
+    """Declare every parameter with a descriptor; return the errors of bad overrides.
+
+    A value from a params file or the command line that ROS refuses (wrong type, out of
+    range) is reported instead of crashing the constructor; configure then fails with it.
+    """
+    from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescriptor)
+    from rclpy.exceptions import ParameterException
+
+    errors = []
+    for p in PARAMS:
+        desc = ParameterDescriptor(name=p.name, description=p.description, read_only=True)
+        if p.choices:
+            desc.additional_constraints = "one of: " + ", ".join(map(str, p.choices))
+        if p.min is not None and isinstance(p.default, bool) is False:
+            if isinstance(p.default, int):
+                desc.integer_range = [IntegerRange(from_value=int(p.min), to_value=int(p.max))]
+            elif isinstance(p.default, float):
+                desc.floating_point_range = [FloatingPointRange(from_value=float(p.min),
+                                                                to_value=float(p.max))]
+        try:
+            node.declare_parameter(p.name, p.default, desc)
+        except (ParameterException, TypeError, ValueError) as exc:
+            errors.append(f"parameter {p.name!r}: {exc}")
+            node.declare_parameter(p.name, p.default, desc, ignore_override=True)
+    return errors
+
+
+def read(node) -> dict:
+    return {p.name: node.get_parameter(p.name).value for p in PARAMS}
