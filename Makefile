@@ -13,7 +13,7 @@ export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
 export ROS_DOMAIN_ID ?= $(shell python3 -c 'import random; print(random.randint(1, 100))')
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo test venv ros bench-cache clean
+.PHONY: demo demo-offline test venv ros bench-cache clean
 
 venv: $(STAMP) ros
 
@@ -28,7 +28,12 @@ $(STAMP): setup.py setup.cfg package.xml
 ros: $(STAMP)
 	bash scripts/setup_ros.sh $(VENV)
 
+# The node on a synthetic rosbag2 (ROS traffic on loopback, random domain).
 demo: venv
+	$(PY) -m lingbot_ros.ros.demo
+
+# The same pipeline without ROS: lingbot-ros-offline on a synthetic bag.
+demo-offline: venv
 	$(PY) -m lingbot_ros.tools.demo
 
 # pytest exits 5 when it collects nothing (e.g. a -k filter that matches no test): say so.

@@ -17,6 +17,7 @@ setup(
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
         (f"share/{PACKAGE}/config", glob("config/*.yaml")),
+        (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
         (f"share/{PACKAGE}/msg", glob("msg/*.msg")),
         (f"share/{PACKAGE}/srv", glob("srv/*.srv")),
     ],
@@ -37,7 +38,8 @@ setup(
     zip_safe=True,
     entry_points={
         "console_scripts": [
-            "lingbot-ros-demo = lingbot_ros.tools.demo:main",
+            "lingbot-ros-demo = lingbot_ros.ros.demo:main",
+            "lingbot-ros-offline-demo = lingbot_ros.tools.demo:main",
             "lingbot-ros-bench-cache = lingbot_ros.tools.bench_cache:main",
             "lingbot-ros-parity = lingbot_ros.tools.parity:main",
             "lingbot-ros-offline = lingbot_ros.tools.offline:main",

@@ -299,10 +299,13 @@ def main(args=None) -> int:
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
-        try:
-            node.trigger_shutdown()
-        except Exception:  # already finalized
-            pass
+        # On SIGINT rclpy shuts the context down and runs the shutdown transition itself.
+        if rclpy.ok() and node._state_machine.current_state[1] not in ("finalized",
+                                                                       "shuttingdown"):
+            try:
+                node.trigger_shutdown()
+            except Exception as exc:  # noqa: BLE001 -- shutting down anyway
+                print(f"lingbot_ros: shutdown transition failed: {exc}", file=sys.stderr)
         executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown()

@@ -1,4 +1,4 @@
-"""lingbot-ros-demo: the main job on the embedded default, on the CPU, in about a minute.
+"""lingbot-ros-offline-demo: the pipeline without ROS on the embedded default, on the CPU, in about a minute.
 
 Renders a short synthetic rosbag2 (a textured room seen along a known camera path, ground
 truth beside it), then streams it through the whole pipeline: preprocessing, the scale-frame
@@ -22,7 +22,7 @@ from .synthetic import render_sequence, write_bag
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="lingbot-ros-demo", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="lingbot-ros-offline-demo", description=__doc__.splitlines()[0])
     p.add_argument("--frames", type=int, default=60, help="frames to render (default 60)")
     p.add_argument("--out", default="demo_out", help="output folder (default demo_out)")
     p.add_argument("--checkpoint", help="LingBot-Map weights; default: random tiny network")

@@ -1,0 +1,92 @@
+"""Probe: a small client of a running lingbot_ros node (outputs + services), for the demo.
+
+Runs its own rclpy context and executor thread, so it can live beside other ROS code.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Optional
+
+import rclpy
+from geometry_msgs.msg import PoseStamped
+from lingbot_ros_interfaces.msg import TrackingStatus
+from lingbot_ros_interfaces.srv import GetCacheInfo, SaveTrajectory
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.signals import SignalHandlerOptions
+from std_srvs.srv import Trigger
+
+
+class Probe:
+    def __init__(self, node_name: str = "/lingbot_ros") -> None:
+        self._ns = node_name.rstrip("/")
+        self.num_poses = 0
+        self.first_pose_time: Optional[float] = None  # time.monotonic() of the first/last pose
+        self.last_pose_time: Optional[float] = None
+        self.last_status: Optional[TrackingStatus] = None
+        self._last_message = time.monotonic()
+
+    def __enter__(self) -> "Probe":
+        self._context = rclpy.Context()
+        rclpy.init(args=[], context=self._context, signal_handler_options=SignalHandlerOptions.NO)
+        self.node = rclpy.create_node("lingbot_ros_probe", context=self._context)
+        self.node.create_subscription(PoseStamped, f"{self._ns}/pose", self._on_pose, 100)
+        self.node.create_subscription(TrackingStatus, f"{self._ns}/status", self._on_status, 100)
+        self._clients = {
+            "reset": self.node.create_client(Trigger, f"{self._ns}/reset"),
+            "info": self.node.create_client(GetCacheInfo, f"{self._ns}/get_cache_info"),
+            "save": self.node.create_client(SaveTrajectory, f"{self._ns}/save_trajectory")}
+        self._executor = SingleThreadedExecutor(context=self._context)
+        self._executor.add_node(self.node)
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._context.try_shutdown()
+        self._thread.join(timeout=5)
+        self._executor.shutdown()
+
+    def _spin(self) -> None:
+        while self._context.ok():
+            try:
+                self._executor.spin_once(timeout_sec=0.05)
+            except Exception:  # the context was shut down under us
+                return
+
+    def _on_pose(self, msg: PoseStamped) -> None:
+        self.num_poses += 1
+        self._last_message = self.last_pose_time = time.monotonic()
+        if self.first_pose_time is None:
+            self.first_pose_time = self.last_pose_time
+
+    def _on_status(self, msg: TrackingStatus) -> None:
+        self.last_status = msg
+        self._last_message = time.monotonic()
+
+    def wait_for_services(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        return all(c.wait_for_service(timeout_sec=max(0.0, deadline - time.monotonic()))
+                   for c in self._clients.values())
+
+    def wait_quiet(self, idle_s: float, timeout: float) -> None:
+        """Return once no pose or status arrived for ``idle_s`` seconds (or at ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and time.monotonic() - self._last_message < idle_s:
+            time.sleep(0.1)
+
+    def _call(self, name: str, request, timeout: float = 30.0):
+        future = self._clients[name].call_async(request)
+        deadline = time.monotonic() + timeout
+        while not future.done() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return future.result() if future.done() else None
+
+    def cache_info(self):
+        return self._call("info", GetCacheInfo.Request())
+
+    def save_trajectory(self, path: str):
+        return self._call("save", SaveTrajectory.Request(path=path))
+
+    def reset(self):
+        return self._call("reset", Trigger.Request())
