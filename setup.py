@@ -40,6 +40,7 @@ setup(
         "console_scripts": [
             "lingbot-ros-demo = lingbot_ros.ros.demo:main",
             "lingbot-ros-offline-demo = lingbot_ros.tools.demo:main",
+            "lingbot-ros-bench = lingbot_ros.tools.bench:main",
             "lingbot-ros-bench-cache = lingbot_ros.tools.bench_cache:main",
             "lingbot-ros-parity = lingbot_ros.tools.parity:main",
             "lingbot-ros-offline = lingbot_ros.tools.offline:main",

@@ -1,7 +1,7 @@
 """Import boundaries (AST): data flows one way and heavy imports stay behind their doors.
 
-- only lingbot_ros/ros/ imports rclpy or ROS message packages (and tools/bag_replay.py, which
-  publishes recorded bytes);
+- only lingbot_ros/ros/ imports rclpy or ROS message packages (and the bag replay tool, which
+  publishes recorded bytes: tools/bag_player.py and its CLI tools/bag_replay.py);
 - only lingbot_ros/attention/flashinfer_paged.py imports flashinfer;
 - the cache bookkeeping modules import no torch or numpy;
 - cache/ and attention/ never import model/, session/ or ros/; model/ never imports session/ or ros/.
@@ -15,6 +15,7 @@ PKG = Path(__file__).resolve().parents[1] / "lingbot_ros"
 ROS_MODULES = {"rclpy", "sensor_msgs", "geometry_msgs", "nav_msgs", "std_msgs", "std_srvs",
                "tf2_ros", "tf2_msgs", "cv_bridge", "diagnostic_msgs", "lingbot_ros_interfaces",
                "rosgraph_msgs", "builtin_interfaces", "rosidl_runtime_py"}
+ROS_TOOLS = {"tools/bag_player.py", "tools/bag_replay.py"}  # the replay tool: player and CLI
 PURE_BOOKKEEPING = ["cache/errors.py", "cache/page_pool.py", "cache/patch_stream.py",
                     "cache/special_stream.py", "cache/page_table.py", "config.py"]
 
@@ -50,7 +51,7 @@ def tops(names):
 def test_only_ros_layer_imports_ros():
     for f in files():
         rel = f.relative_to(PKG).as_posix()
-        if rel.startswith("ros/") or rel == "tools/bag_replay.py":
+        if rel.startswith("ros/") or rel in ROS_TOOLS:
             continue
         assert not tops(imported_modules(f)) & ROS_MODULES, rel
 

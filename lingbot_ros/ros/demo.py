@@ -40,7 +40,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     os.environ.update(_ros_env())  # this process talks ROS too (the probe)
     out = Path(args.out).resolve()
-    from ..tools.synthetic import render_sequence, write_bag
+    from ..tools.synthetic import render_sequence
+    from ..tools.synthetic_writers import write_bag
     print(f"[demo] rendering {args.frames} frames of a synthetic room (160x120, 30 Hz) ...")
     seq = render_sequence(args.frames, 160, 120)
     bag = write_bag(seq, out / "scene_bag", storage="mcap")

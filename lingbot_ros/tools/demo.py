@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 
 from .offline import RANDOM_WEIGHTS_NOTICE, parse_args as offline_args, run
-from .synthetic import render_sequence, write_bag
+from .synthetic import render_sequence
+from .synthetic_writers import write_bag
 
 
 def main(argv=None) -> int:

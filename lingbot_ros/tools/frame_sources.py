@@ -1,5 +1,10 @@
 """Frame sources for the offline runner: an image folder, a video file or a rosbag2/ROS 1 bag.
 
+Here: :class:`Frame`, :class:`SourceStats`, :data:`SKIP_REASONS`, the OpenCV decoding
+helpers, the folder and video sources, and :func:`open_source`, which picks the source for a
+path. The bag source (``BagSource``, ``list_image_topics``, the message decoders) lives in
+:mod:`lingbot_ros.tools.bag_source`.
+
 Every source iterates :class:`Frame` ``(stamp_ns: int, image: np.ndarray, encoding: str)``
 with strictly increasing stamps; ``encoding`` is one that :mod:`lingbot_ros.preprocess`
 understands (``bgr8``/``bgra8``/``mono8`` (and 16-bit) for OpenCV-decoded images, the message
@@ -9,11 +14,7 @@ Bad input is skipped, never fatal mid-run: each skipped frame is logged (logger
 ``lingbot_ros.frame_sources``, WARNING) and counted by reason in the source's
 :class:`SourceStats` (``stats.skipped[reason]``, reasons in :data:`SKIP_REASONS`). Opening a
 source that cannot exist (missing path, no images, an unreadable video, a bag without the
-topic) raises at construction with a clear message -- :func:`list_image_topics` says what a
-bag does have.
-
-No rclpy: bags are read with ``rosbags`` (``AnyReader``: rosbag2 sqlite3 and mcap, and
-ROS 1 bags), images decoded with OpenCV. Both are imported lazily.
+topic) raises at construction with a clear message. No rclpy; OpenCV is imported lazily.
 """
 from __future__ import annotations
 
@@ -28,9 +29,8 @@ from typing import Iterator, NamedTuple, Optional, Union
 
 import numpy as np
 
-__all__ = ["Frame", "SourceStats", "SkippedFrame", "SKIP_REASONS", "IMAGE_EXTENSIONS", "ImageFolderSource",
-           "VideoSource", "BagSource", "list_image_topics", "image_from_msg",
-           "image_from_compressed", "open_source"]
+__all__ = ["Frame", "SourceStats", "SkippedFrame", "SKIP_REASONS", "IMAGE_EXTENSIONS",
+           "ImageFolderSource", "VideoSource", "open_source"]
 
 log = logging.getLogger("lingbot_ros.frame_sources")
 
@@ -50,18 +50,6 @@ SKIP_REASONS = (
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm",
                     ".pnm")
-
-# raw sensor_msgs/Image encodings -> (channels, numpy dtype)
-_RAW_ENCODINGS = {
-    "rgb8": (3, np.uint8), "bgr8": (3, np.uint8), "rgba8": (4, np.uint8),
-    "bgra8": (4, np.uint8), "mono8": (1, np.uint8), "8UC1": (1, np.uint8),
-    "8UC3": (3, np.uint8), "8UC4": (4, np.uint8),
-    "rgb16": (3, np.uint16), "bgr16": (3, np.uint16), "rgba16": (4, np.uint16),
-    "bgra16": (4, np.uint16), "mono16": (1, np.uint16), "16UC1": (1, np.uint16),
-    "16UC3": (3, np.uint16), "16UC4": (4, np.uint16),
-}
-IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage",
-               "sensor_msgs/Image", "sensor_msgs/CompressedImage")  # rosbag2, ROS 1
 
 
 class Frame(NamedTuple):
@@ -295,126 +283,6 @@ class VideoSource(_Source):
                                               f"(truncated or corrupt)", self.frame_count - i)
 
 
-# --- bags --------------------------------------------------------------------------------
-
-def image_from_msg(msg) -> tuple[np.ndarray, str]:
-    """A deserialized ``sensor_msgs/Image`` -> (array view, encoding). Honours ``step``
-    (row padding) and ``is_bigendian`` (16-bit data is byte-swapped to native order).
-    Raises SkippedFrame(reason) on a zero size, unknown encoding, bad step or short data."""
-    h, w, enc = int(msg.height), int(msg.width), str(msg.encoding)
-    if h == 0 or w == 0:
-        raise SkippedFrame("zero_size", f"Image of {w}x{h}")
-    if enc not in _RAW_ENCODINGS:
-        raise SkippedFrame("unknown_encoding", f"Image encoding {enc!r} (supported: "
-                                               f"{', '.join(_RAW_ENCODINGS)})")
-    ch, dt = _RAW_ENCODINGS[enc]
-    dt = np.dtype(dt)
-    row = w * ch * dt.itemsize
-    step = int(msg.step)
-    if step < row or step % dt.itemsize:
-        raise SkippedFrame("bad_step", f"Image step {step} < width {w} x {ch} channel(s) x "
-                                       f"{dt.itemsize} byte(s) = {row}" if step < row else
-                           f"Image step {step} is not a multiple of {dt.itemsize}")
-    data = np.asarray(msg.data, dtype=np.uint8).reshape(-1)
-    if data.size < step * h:
-        raise SkippedFrame("truncated", f"Image data has {data.size} bytes, {h} rows of step "
-                                        f"{step} need {step * h}")
-    if dt.itemsize > 1:
-        dt = dt.newbyteorder(">" if msg.is_bigendian else "<")
-    rows = np.lib.stride_tricks.as_strided(data, shape=(h, row), strides=(step, 1))
-    img = np.ascontiguousarray(rows).view(dt).reshape(h, w, ch) if dt.itemsize > 1 else \
-        rows.reshape(h, w, ch)
-    if dt.itemsize > 1 and not dt.isnative:
-        img = img.astype(dt.newbyteorder("="))
-    return (img[:, :, 0] if ch == 1 else img), enc
-
-
-def image_from_compressed(msg) -> tuple[np.ndarray, str]:
-    """A deserialized ``sensor_msgs/CompressedImage`` -> (decoded array, bgr8/mono8/...)."""
-    fmt = str(msg.format)
-    if "compresseddepth" in fmt.lower():
-        raise SkippedFrame("unknown_encoding", f"CompressedImage format {fmt!r} is a depth "
-                                               f"image, not a camera image")
-    data = np.asarray(msg.data, dtype=np.uint8).reshape(-1)
-    if data.size == 0:
-        raise SkippedFrame("zero_size", "CompressedImage with no data")
-    _check_container(data[:16].tobytes() + data[-16:].tobytes(), "CompressedImage")
-    return _decode_bytes(data, f"CompressedImage ({fmt!r})")
-
-
-def _reader(path: Path):
-    from rosbags.highlevel import AnyReader
-    from rosbags.typesys import Stores, get_typestore
-    return AnyReader([path], default_typestore=get_typestore(Stores.ROS2_KILTED))
-
-
-def list_image_topics(path: PathLike) -> dict[str, str]:
-    """``{topic: message type}`` of the Image / CompressedImage topics in a bag."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"bag {path} does not exist")
-    with _reader(path) as reader:
-        return {c.topic: c.msgtype for c in reader.connections if c.msgtype in IMAGE_TYPES}
-
-
-class BagSource(_Source):
-    """Images from one topic of a bag (rosbag2 sqlite3/mcap directory or file, or ROS 1).
-
-    ``topic=None`` picks the only image topic (an error lists them if there are several).
-    Stamps: ``stamps='header'`` (the message's ``header.stamp``, default) or ``'bag'`` (the
-    record time). Undeserializable messages count as ``corrupt``.
-    """
-
-    def __init__(self, path: PathLike, topic: Optional[str] = None,
-                 stamps: str = "header") -> None:
-        super().__init__()
-        self.path = Path(path)
-        if stamps not in ("header", "bag"):
-            raise ValueError(f"stamps must be 'header' or 'bag', got {stamps!r}")
-        self.stamp_source = stamps
-        topics = list_image_topics(self.path)
-        if topic is None:
-            if len(topics) != 1:
-                raise ValueError(f"bag {self.path} has {len(topics)} image topics; choose one "
-                                 f"with topic=: {self._describe(topics)}")
-            topic = next(iter(topics))
-        elif topic not in topics:
-            raise ValueError(f"bag {self.path} has no image topic {topic!r}; image topics: "
-                             f"{self._describe(topics)}")
-        self.topic, self.msgtype = topic, topics[topic]
-
-    @staticmethod
-    def _describe(topics: dict) -> str:
-        return ", ".join(f"{t} ({m})" for t, m in sorted(topics.items())) or "none"
-
-    def __iter__(self) -> Iterator[Frame]:
-        self._restart()
-        compressed = self.msgtype.endswith("CompressedImage")
-        with _reader(self.path) as reader:
-            conns = [c for c in reader.connections if c.topic == self.topic]
-            for n, (conn, t_bag, raw) in enumerate(reader.messages(connections=conns)):
-                where = f"{self.topic} message {n} (t={t_bag})"
-                try:
-                    try:
-                        msg = reader.deserialize(raw, conn.msgtype)
-                    except Exception as err:  # rosbags raises several types on bad CDR
-                        raise SkippedFrame("corrupt", f"cannot deserialize: "
-                                                      f"{type(err).__name__}: {err}") from None
-                    img, enc = (image_from_compressed(msg) if compressed
-                                else image_from_msg(msg))
-                except SkippedFrame as skip:
-                    self.stats.skip(skip.reason, f"{where}: {skip}")
-                    continue
-                if self.stamp_source == "header":
-                    st = msg.header.stamp
-                    stamp = int(st.sec) * 1_000_000_000 + int(st.nanosec)
-                else:
-                    stamp = int(t_bag)
-                frame = self._emit(stamp, img, enc, where)
-                if frame is not None:
-                    yield frame
-
-
 def open_source(path: PathLike, topic: Optional[str] = None, fps: float = 30.0,
                 stamps: Optional[str] = None) -> _Source:
     """Pick the source for ``path``: a bag (a rosbag2 directory with ``metadata.yaml``,
@@ -425,6 +293,7 @@ def open_source(path: PathLike, topic: Optional[str] = None, fps: float = 30.0,
     is_bag = ((p.is_dir() and (p / "metadata.yaml").is_file())
               or p.suffix.lower() in (".db3", ".mcap", ".bag"))
     if is_bag:
+        from .bag_source import BagSource  # bag_source imports this module: import it here
         return BagSource(p, topic, stamps or "header")
     if p.is_dir():
         return ImageFolderSource(p, fps, stamps or "fps")

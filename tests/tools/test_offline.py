@@ -10,8 +10,8 @@ from evo.tools import file_interface
 
 from lingbot_ros.tools.offline import main
 from lingbot_ros.tools.ply import read_ply
-from lingbot_ros.tools.synthetic import (render_sequence, write_bag, write_image_folder,
-                                         write_video)
+from lingbot_ros.tools.synthetic import render_sequence
+from lingbot_ros.tools.synthetic_writers import write_bag, write_image_folder, write_video
 
 FAST = ["--width", "56", "--scale-frames", "2", "--window", "4", "--rollover", "8",
         "--keyframes", "every_n", "--no-progress"]

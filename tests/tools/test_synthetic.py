@@ -7,9 +7,10 @@ import pytest
 
 from lingbot_ros.session.keyframes import camera_motion_flow
 from lingbot_ros.session.poses import c2w_to_map, read_tum
-from lingbot_ros.tools import synthetic
-from lingbot_ros.tools.synthetic import (default_intrinsics, gt_path_for, render_sequence,
-                                         write_bag, write_image_folder, write_video)
+from lingbot_ros.tools import synthetic_writers
+from lingbot_ros.tools.synthetic import default_intrinsics, render_sequence
+from lingbot_ros.tools.synthetic_writers import (gt_path_for, write_bag, write_image_folder,
+                                                 write_video)
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +147,8 @@ def test_bag_writer(seq, tmp_path, storage):
 
 
 def test_cli(tmp_path, capsys):
-    assert synthetic.main([str(tmp_path), "--frames", "3", "--width", "32", "--height", "24",
-                           "--formats", "folder,sqlite3"]) == 0
+    assert synthetic_writers.main([str(tmp_path), "--frames", "3", "--width", "32", "--height",
+                                   "24", "--formats", "folder,sqlite3"]) == 0
     assert len(list((tmp_path / "frames").iterdir())) == 3
     assert (tmp_path / "bag_sqlite3" / "metadata.yaml").is_file()
     assert (tmp_path / "frames.gt.tum").is_file() and (tmp_path / "bag_sqlite3.gt.tum").is_file()

@@ -1,0 +1,154 @@
+"""Bag frames for the offline runner: :class:`BagSource` (one image topic of a rosbag2
+sqlite3/mcap bag or a ROS 1 bag), :func:`list_image_topics`, and the message decoders
+:func:`image_from_msg` (raw ``sensor_msgs/Image``) and :func:`image_from_compressed`
+(``sensor_msgs/CompressedImage``).
+
+A :class:`BagSource` behaves like the other sources in :mod:`lingbot_ros.tools.frame_sources`
+(which opens one for a bag path in ``open_source``): it iterates :class:`Frame` with strictly
+increasing stamps, skips bad messages by reason into its :class:`SourceStats`, and raises at
+construction when the bag or the topic cannot exist.
+
+No rclpy: bags are read with ``rosbags`` (``AnyReader``: rosbag2 sqlite3 and mcap, and
+ROS 1 bags), imported lazily; compressed images are decoded with OpenCV.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator, Optional
+
+import numpy as np
+
+from .frame_sources import (Frame, PathLike, SkippedFrame, _check_container, _decode_bytes,
+                            _Source)
+
+__all__ = ["BagSource", "list_image_topics", "image_from_msg", "image_from_compressed"]
+
+# raw sensor_msgs/Image encodings -> (channels, numpy dtype)
+_RAW_ENCODINGS = {
+    "rgb8": (3, np.uint8), "bgr8": (3, np.uint8), "rgba8": (4, np.uint8),
+    "bgra8": (4, np.uint8), "mono8": (1, np.uint8), "8UC1": (1, np.uint8),
+    "8UC3": (3, np.uint8), "8UC4": (4, np.uint8),
+    "rgb16": (3, np.uint16), "bgr16": (3, np.uint16), "rgba16": (4, np.uint16),
+    "bgra16": (4, np.uint16), "mono16": (1, np.uint16), "16UC1": (1, np.uint16),
+    "16UC3": (3, np.uint16), "16UC4": (4, np.uint16),
+}
+IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage",
+               "sensor_msgs/Image", "sensor_msgs/CompressedImage")  # rosbag2, ROS 1
+
+
+def image_from_msg(msg) -> tuple[np.ndarray, str]:
+    """A deserialized ``sensor_msgs/Image`` -> (array view, encoding). Honours ``step``
+    (row padding) and ``is_bigendian`` (16-bit data is byte-swapped to native order).
+    Raises SkippedFrame(reason) on a zero size, unknown encoding, bad step or short data."""
+    h, w, enc = int(msg.height), int(msg.width), str(msg.encoding)
+    if h == 0 or w == 0:
+        raise SkippedFrame("zero_size", f"Image of {w}x{h}")
+    if enc not in _RAW_ENCODINGS:
+        raise SkippedFrame("unknown_encoding", f"Image encoding {enc!r} (supported: "
+                                               f"{', '.join(_RAW_ENCODINGS)})")
+    ch, dt = _RAW_ENCODINGS[enc]
+    dt = np.dtype(dt)
+    row = w * ch * dt.itemsize
+    step = int(msg.step)
+    if step < row or step % dt.itemsize:
+        raise SkippedFrame("bad_step", f"Image step {step} < width {w} x {ch} channel(s) x "
+                                       f"{dt.itemsize} byte(s) = {row}" if step < row else
+                           f"Image step {step} is not a multiple of {dt.itemsize}")
+    data = np.asarray(msg.data, dtype=np.uint8).reshape(-1)
+    if data.size < step * h:
+        raise SkippedFrame("truncated", f"Image data has {data.size} bytes, {h} rows of step "
+                                        f"{step} need {step * h}")
+    if dt.itemsize > 1:
+        dt = dt.newbyteorder(">" if msg.is_bigendian else "<")
+    rows = np.lib.stride_tricks.as_strided(data, shape=(h, row), strides=(step, 1))
+    img = np.ascontiguousarray(rows).view(dt).reshape(h, w, ch) if dt.itemsize > 1 else \
+        rows.reshape(h, w, ch)
+    if dt.itemsize > 1 and not dt.isnative:
+        img = img.astype(dt.newbyteorder("="))
+    return (img[:, :, 0] if ch == 1 else img), enc
+
+
+def image_from_compressed(msg) -> tuple[np.ndarray, str]:
+    """A deserialized ``sensor_msgs/CompressedImage`` -> (decoded array, bgr8/mono8/...)."""
+    fmt = str(msg.format)
+    if "compresseddepth" in fmt.lower():
+        raise SkippedFrame("unknown_encoding", f"CompressedImage format {fmt!r} is a depth "
+                                               f"image, not a camera image")
+    data = np.asarray(msg.data, dtype=np.uint8).reshape(-1)
+    if data.size == 0:
+        raise SkippedFrame("zero_size", "CompressedImage with no data")
+    _check_container(data[:16].tobytes() + data[-16:].tobytes(), "CompressedImage")
+    return _decode_bytes(data, f"CompressedImage ({fmt!r})")
+
+
+def _reader(path: Path):
+    from rosbags.highlevel import AnyReader
+    from rosbags.typesys import Stores, get_typestore
+    return AnyReader([path], default_typestore=get_typestore(Stores.ROS2_KILTED))
+
+
+def list_image_topics(path: PathLike) -> dict[str, str]:
+    """``{topic: message type}`` of the Image / CompressedImage topics in a bag."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"bag {path} does not exist")
+    with _reader(path) as reader:
+        return {c.topic: c.msgtype for c in reader.connections if c.msgtype in IMAGE_TYPES}
+
+
+class BagSource(_Source):
+    """Images from one topic of a bag (rosbag2 sqlite3/mcap directory or file, or ROS 1).
+
+    ``topic=None`` picks the only image topic (an error lists them if there are several).
+    Stamps: ``stamps='header'`` (the message's ``header.stamp``, default) or ``'bag'`` (the
+    record time). Undeserializable messages count as ``corrupt``.
+    """
+
+    def __init__(self, path: PathLike, topic: Optional[str] = None,
+                 stamps: str = "header") -> None:
+        super().__init__()
+        self.path = Path(path)
+        if stamps not in ("header", "bag"):
+            raise ValueError(f"stamps must be 'header' or 'bag', got {stamps!r}")
+        self.stamp_source = stamps
+        topics = list_image_topics(self.path)
+        if topic is None:
+            if len(topics) != 1:
+                raise ValueError(f"bag {self.path} has {len(topics)} image topics; choose one "
+                                 f"with topic=: {self._describe(topics)}")
+            topic = next(iter(topics))
+        elif topic not in topics:
+            raise ValueError(f"bag {self.path} has no image topic {topic!r}; image topics: "
+                             f"{self._describe(topics)}")
+        self.topic, self.msgtype = topic, topics[topic]
+
+    @staticmethod
+    def _describe(topics: dict) -> str:
+        return ", ".join(f"{t} ({m})" for t, m in sorted(topics.items())) or "none"
+
+    def __iter__(self) -> Iterator[Frame]:
+        self._restart()
+        compressed = self.msgtype.endswith("CompressedImage")
+        with _reader(self.path) as reader:
+            conns = [c for c in reader.connections if c.topic == self.topic]
+            for n, (conn, t_bag, raw) in enumerate(reader.messages(connections=conns)):
+                where = f"{self.topic} message {n} (t={t_bag})"
+                try:
+                    try:
+                        msg = reader.deserialize(raw, conn.msgtype)
+                    except Exception as err:  # rosbags raises several types on bad CDR
+                        raise SkippedFrame("corrupt", f"cannot deserialize: "
+                                                      f"{type(err).__name__}: {err}") from None
+                    img, enc = (image_from_compressed(msg) if compressed
+                                else image_from_msg(msg))
+                except SkippedFrame as skip:
+                    self.stats.skip(skip.reason, f"{where}: {skip}")
+                    continue
+                if self.stamp_source == "header":
+                    st = msg.header.stamp
+                    stamp = int(st.sec) * 1_000_000_000 + int(st.nanosec)
+                else:
+                    stamp = int(t_bag)
+                frame = self._emit(stamp, img, enc, where)
+                if frame is not None:
+                    yield frame

@@ -1,0 +1,212 @@
+"""Writers for synthetic sequences: image folder, video and rosbag2, each with ground truth.
+
+They write a :class:`~lingbot_ros.tools.synthetic.SyntheticSequence` as every input the offline
+runner and the ROS demo read (a PNG folder, an .avi/.mp4 video, a rosbag2 sqlite3/mcap);
+:func:`main` is the CLI that renders a sequence and writes it.
+
+The TUM file a writer leaves beside its output (``<name>.gt.tum``, :func:`gt_path_for`) holds
+the poses **relative to the first camera, OpenCV optical axes** -- the model's own convention
+(world = first camera) -- or, with ``gt_frame='body'``, as ROS ``map -> camera body`` poses
+(see ``session/poses.py``). Its stamps are the ones the matching frame source yields:
+``i / fps`` from 0 for a folder or a video, the header stamps for a bag.
+
+No rclpy: the bag writer uses ``rosbags`` (CDR, Kilted typestore). OpenCV and rosbags are
+imported only by the writers that need them.
+
+CLI: ``python -m lingbot_ros.tools.synthetic OUT_DIR [--frames N] [--width W] [--height H]
+[--formats folder,video,sqlite3,mcap]`` (or ``-m lingbot_ros.tools.synthetic_writers``).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+import numpy as np
+
+from .synthetic import SyntheticSequence, render_sequence
+
+__all__ = ["Written", "gt_path_for", "write_gt_tum", "write_image_folder", "write_video",
+           "write_bag", "main"]
+
+PathLike = Union[str, Path]
+
+
+@dataclass(frozen=True)
+class Written:
+    path: Path  # the folder, video file or bag directory
+    gt_path: Path  # the TUM ground truth beside it
+    frames: int
+
+
+def gt_path_for(path: PathLike) -> Path:
+    """Where a writer puts the ground truth: ``frames/`` -> ``frames.gt.tum``,
+    ``clip.mp4`` -> ``clip.gt.tum``, ``bag_dir/`` -> ``bag_dir.gt.tum``."""
+    p = Path(path)
+    return p.with_name((p.stem if p.suffix and not p.is_dir() else p.name) + ".gt.tum")
+
+
+def write_gt_tum(seq: SyntheticSequence, path: PathLike, stamps_ns: Optional[Sequence[int]] = None,
+                 gt_frame: str = "optical") -> Path:
+    """Ground truth as TUM: 'optical' = c2w relative to the first camera (model convention),
+    'body' = ROS ``map -> camera body`` (map = first camera's body frame)."""
+    from ..session.poses import c2w_to_map, write_tum
+    rel = seq.c2w_relative
+    if gt_frame == "body":
+        rel = c2w_to_map(rel, frame="body")
+    elif gt_frame != "optical":
+        raise ValueError(f"gt_frame must be 'optical' or 'body', got {gt_frame!r}")
+    return write_tum(path, seq.stamps_ns if stamps_ns is None else stamps_ns, rel)
+
+
+def _cv2():
+    try:
+        import cv2
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise RuntimeError("this writer needs OpenCV: pip install opencv-python-headless") from err
+    return cv2
+
+
+def write_image_folder(seq: SyntheticSequence, folder: PathLike, ext: str = "png",
+                       gt_frame: str = "optical") -> Written:
+    """``folder/frame_000000.png`` ... (lexicographic = temporal order) + GT beside it
+    (stamps ``i / fps``, as ``ImageFolderSource(fps=seq.fps)`` yields)."""
+    cv2 = _cv2()
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, img in enumerate(seq.images):
+        out = folder / f"frame_{i:06d}.{ext}"
+        if not cv2.imwrite(str(out), np.ascontiguousarray(img[..., ::-1])):
+            raise RuntimeError(f"OpenCV could not write {out}")
+    gt = write_gt_tum(seq, gt_path_for(folder), seq.index_stamps_ns, gt_frame)
+    return Written(folder, gt, len(seq))
+
+
+def write_video(seq: SyntheticSequence, path: PathLike, gt_frame: str = "optical") -> Written:
+    """A video file: ``.avi`` -> MJPG (near-lossless at quality 95, the default), ``.mp4`` ->
+    mp4v. GT beside it with stamps ``i / fps``."""
+    cv2 = _cv2()
+    path = Path(path)
+    codecs = {".avi": "MJPG", ".mp4": "mp4v"}
+    if path.suffix.lower() not in codecs:
+        raise ValueError(f"video path must end in .avi (MJPG) or .mp4 (mp4v), got {path.name}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    h, w = seq.images.shape[1:3]
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*codecs[path.suffix.lower()]),
+                             seq.fps, (w, h))
+    if not writer.isOpened():
+        raise RuntimeError(f"OpenCV cannot write {codecs[path.suffix.lower()]} to {path}")
+    try:
+        for img in seq.images:
+            writer.write(np.ascontiguousarray(img[..., ::-1]))
+    finally:
+        writer.release()
+    gt = write_gt_tum(seq, gt_path_for(path), seq.index_stamps_ns, gt_frame)
+    return Written(path, gt, len(seq))
+
+
+def write_bag(seq: SyntheticSequence, path: PathLike, storage: str = "sqlite3",
+              topic: str = "/camera/image_raw",
+              compressed_topic: Optional[str] = None,
+              camera_info_topic: Optional[str] = "/camera/camera_info",
+              frame_id: str = "camera_optical_frame", compressed_format: str = "jpeg",
+              gt_frame: str = "optical") -> Written:
+    """A rosbag2 (``storage`` 'sqlite3' or 'mcap', version 9, Kilted typestore) with
+    ``sensor_msgs/msg/Image`` rgb8 on ``topic``, optionally ``CompressedImage`` (jpeg or png)
+    on ``compressed_topic`` and ``CameraInfo`` on ``camera_info_topic``; header stamps =
+    record times = ``seq.stamps_ns`` (30 Hz by default). GT beside it with those stamps."""
+    from rosbags.rosbag2 import StoragePlugin, Writer
+    from rosbags.typesys import Stores, get_typestore
+
+    plugins = {"sqlite3": StoragePlugin.SQLITE3, "mcap": StoragePlugin.MCAP}
+    if storage not in plugins:
+        raise ValueError(f"storage must be 'sqlite3' or 'mcap', got {storage!r}")
+    if compressed_format not in ("jpeg", "png"):
+        raise ValueError(f"compressed_format must be 'jpeg' or 'png', got {compressed_format!r}")
+    path = Path(path)
+    if path.exists():
+        raise FileExistsError(f"{path} exists; rosbag2 writers need a new directory")
+    ts = get_typestore(Stores.ROS2_KILTED)
+    T = ts.types
+    h, w = seq.images.shape[1:3]
+
+    def header(stamp: int):
+        return T["std_msgs/msg/Header"](
+            stamp=T["builtin_interfaces/msg/Time"](sec=int(stamp // 1_000_000_000),
+                                                   nanosec=int(stamp % 1_000_000_000)),
+            frame_id=frame_id)
+
+    k = seq.K
+    p = np.zeros((3, 4))
+    p[:, :3] = k
+    with Writer(path, version=9, storage_plugin=plugins[storage]) as writer:
+        img_conn = writer.add_connection(topic, "sensor_msgs/msg/Image", typestore=ts)
+        cmp_conn = info_conn = None
+        if compressed_topic:
+            cmp_conn = writer.add_connection(compressed_topic, "sensor_msgs/msg/CompressedImage",
+                                             typestore=ts)
+        if camera_info_topic:
+            info_conn = writer.add_connection(camera_info_topic, "sensor_msgs/msg/CameraInfo",
+                                              typestore=ts)
+        for img, stamp in zip(seq.images, seq.stamps_ns):
+            stamp = int(stamp)
+            msg = T["sensor_msgs/msg/Image"](header=header(stamp), height=h, width=w,
+                                             encoding="rgb8", is_bigendian=0, step=w * 3,
+                                             data=np.ascontiguousarray(img).reshape(-1))
+            writer.write(img_conn, stamp, ts.serialize_cdr(msg, msg.__msgtype__))
+            if cmp_conn is not None:
+                cv2 = _cv2()
+                ok, buf = cv2.imencode("." + ("jpg" if compressed_format == "jpeg" else "png"),
+                                       np.ascontiguousarray(img[..., ::-1]))
+                if not ok:
+                    raise RuntimeError("OpenCV could not encode a frame")
+                cmsg = T["sensor_msgs/msg/CompressedImage"](
+                    header=header(stamp), format=f"rgb8; {compressed_format} compressed bgr8",
+                    data=buf.reshape(-1).astype(np.uint8))
+                writer.write(cmp_conn, stamp, ts.serialize_cdr(cmsg, cmsg.__msgtype__))
+            if info_conn is not None:
+                imsg = T["sensor_msgs/msg/CameraInfo"](
+                    header=header(stamp), height=h, width=w, distortion_model="plumb_bob",
+                    d=np.zeros(5), k=k.reshape(-1).copy(), r=np.eye(3).reshape(-1),
+                    p=p.reshape(-1), binning_x=0, binning_y=0,
+                    roi=T["sensor_msgs/msg/RegionOfInterest"](x_offset=0, y_offset=0, height=0,
+                                                              width=0, do_rectify=False))
+                writer.write(info_conn, stamp, ts.serialize_cdr(imsg, imsg.__msgtype__))
+    gt = write_gt_tum(seq, gt_path_for(path), seq.stamps_ns, gt_frame)
+    return Written(path, gt, len(seq))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m lingbot_ros.tools.synthetic",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path, help="output directory (created)")
+    ap.add_argument("--frames", type=int, default=100)
+    ap.add_argument("--width", type=int, default=160)
+    ap.add_argument("--height", type=int, default=120)
+    ap.add_argument("--fps", type=float, default=30.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--supersample", type=int, default=1)
+    ap.add_argument("--formats", default="folder,video,sqlite3,mcap",
+                    help="comma list of folder, video, sqlite3, mcap")
+    args = ap.parse_args(argv)
+    seq = render_sequence(args.frames, args.width, args.height, args.fps, args.seed,
+                          supersample=args.supersample)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for fmt in [f.strip() for f in args.formats.split(",") if f.strip()]:
+        if fmt == "folder":
+            out = write_image_folder(seq, args.out / "frames")
+        elif fmt == "video":
+            out = write_video(seq, args.out / "video.avi")
+        elif fmt in ("sqlite3", "mcap"):
+            out = write_bag(seq, args.out / f"bag_{fmt}", storage=fmt,
+                            compressed_topic="/camera/image_raw/compressed")
+        else:
+            ap.error(f"unknown format {fmt!r}")
+        print(f"{fmt}: {out.path} ({out.frames} frames), ground truth {out.gt_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
