@@ -1,13 +1,13 @@
 """Window rollover and unbounded streams: continuity across windows, constant memory."""
-from dataclasses import replace
-
 import numpy as np
 import pytest
 import torch
 
 from lingbot_ros.config import KeyframeConfig, SessionConfig
+from lingbot_ros.model import GCTConfig
+from lingbot_ros.model.presets import random_model
 from lingbot_ros.session.session import StreamingSession
-from tests.session.micro_model import MICRO, SIZE_28, SIZE_42x56, micro_model
+from tests.session.micro_model import SIZE_28, SIZE_42x56, micro_model
 from tests.session.test_streaming_session import frames, run
 
 
@@ -45,8 +45,7 @@ def one_thread():
 
 
 def test_ten_thousand_frames_at_constant_memory_and_cached_tokens(one_thread):
-    model = micro_model(config=replace(MICRO, camera_head=replace(MICRO.camera_head,
-                                                                  num_iterations=1)))
+    model = random_model(GCTConfig.tiny()).prepare("cpu", "fp32")  # the embedded tiny network
     s = StreamingSession(model, SessionConfig(
         num_scale_frames=2, window=3, rollover_keyframes=40, preprocess=SIZE_28,
         with_depth=False, return_depth=False, keyframes=KeyframeConfig(policy="every_n", n=2)))
