@@ -7,6 +7,7 @@ the worker's frame with reset/cleanup, so a reset waits for the frame in flight.
 from __future__ import annotations
 
 import gc
+import math
 import sys
 import threading
 import time
@@ -20,6 +21,7 @@ from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
+from std_msgs.msg import Header
 
 from ..session.factory import load_session_model
 from ..session.session import StreamingSession
@@ -27,7 +29,7 @@ from ..session.stats import LatencyWindow
 from ..session.types import FrameRejected
 from . import params
 from .convert import ImageLimits, ImageRejected, compressed_to_array, image_to_array
-from .messages import stamp_to_ns
+from .messages import ns_to_stamp, stamp_to_ns
 from .outputs import Outputs
 from .services import Services
 from .status import Status
@@ -56,6 +58,7 @@ class LingbotNode(LifecycleNode):
         self.last_image_time: Optional[float] = None
         self.camera_info: Optional[CameraInfo] = None
         self.last_fx: Optional[float] = None
+        self._last_reject_warning: dict[str, float] = {}  # reason -> time.monotonic()
         self._queue = None
         self._worker: Optional[threading.Thread] = None
         self._stop = threading.Event()
@@ -94,7 +97,8 @@ class LingbotNode(LifecycleNode):
         self.settings, self.session = settings, session
         self.info_snapshot = session.info()
         try:
-            self._service_handles = Services(self)
+            if self._service_handles is None:  # still there after a cleanup
+                self._service_handles = Services(self)
         except Exception as exc:  # e.g. the interface package is not installed
             self.get_logger().error(f"configure failed: cannot create services: {exc}")
             self._release()
@@ -139,7 +143,8 @@ class LingbotNode(LifecycleNode):
         return super().on_deactivate(state)
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._release()
+        # The services stay: unconfigured, they answer success=false (GetCacheInfo.srv).
+        self._release(keep_services=True)
         return TransitionCallbackReturn.SUCCESS
 
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -157,6 +162,11 @@ class LingbotNode(LifecycleNode):
             self._worker = None
         if self._queue is not None:
             self.counters["dropped_inactive"] += self._queue.clear()
+        if self._outputs is not None and self.context.ok():
+            try:
+                self._outputs.flush_path()
+            except Exception:  # noqa: BLE001 -- the context went down meanwhile (Ctrl-C)
+                pass
         if self._status is not None:
             self._status.destroy()
             self._status = None
@@ -164,9 +174,10 @@ class LingbotNode(LifecycleNode):
             self._outputs.destroy()
             self._outputs = None
 
-    def _release(self) -> None:
-        """Free the session, caches and model (GPU memory included); remove services."""
-        if self._service_handles is not None:
+    def _release(self, keep_services: bool = False) -> None:
+        """Free the session, caches and model (GPU memory included); remove the services
+        unless ``keep_services`` (cleanup keeps them)."""
+        if self._service_handles is not None and not keep_services:
             self._service_handles.destroy()
             self._service_handles = None
         with self._session_lock:
@@ -194,13 +205,22 @@ class LingbotNode(LifecycleNode):
     def _work(self) -> None:
         while not self._stop.is_set():
             item = self._queue.get(timeout=0.1)
-            if item is None:
-                continue
-            with self._session_lock:
-                if self.session is None or item.generation != self._generation:
-                    self.counters["dropped_reset"] += 1
-                    continue
-                self._process(item)
+            try:
+                with self._session_lock:
+                    if item is None:  # idle: send the Path poses that throttling held back
+                        if self._outputs is not None:
+                            self._outputs.flush_path()
+                    elif self.session is None or item.generation != self._generation:
+                        self.counters["dropped_reset"] += 1
+                    else:
+                        self._process(item)
+            except Exception as exc:  # publishing failed
+                if not self.context.ok():
+                    return  # Ctrl-C shut the context down under us: main() releases the rest
+                self.counters["failed"] += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                self.get_logger().error(f"publishing failed: {self.last_error}",
+                                        throttle_duration_sec=2.0)
 
     def _process(self, item: _Queued) -> None:
         cfg = self.settings.node
@@ -215,8 +235,12 @@ class LingbotNode(LifecycleNode):
             results = self.session.push(array, stamp_ns, encoding)
         except (ImageRejected, FrameRejected) as exc:
             self.counters[f"rejected_{exc.reason}"] += 1
-            self.get_logger().warning(f"image at {stamp_ns} ns rejected ({exc.reason}): {exc}",
-                                      throttle_duration_sec=2.0)
+            # Throttled per reason: a new kind of bad input is always reported.
+            now = time.monotonic()
+            if now - self._last_reject_warning.get(exc.reason, -math.inf) >= 2.0:
+                self._last_reject_warning[exc.reason] = now
+                self.get_logger().warning(
+                    f"image at {stamp_ns} ns rejected ({exc.reason}): {exc}")
             return
         except Exception as exc:  # CacheFullError, CUDA OOM...: keep running, say why
             self.counters["failed"] += 1
@@ -231,13 +255,19 @@ class LingbotNode(LifecycleNode):
             self.counters["processed"] += 1
             self.latency.add((time.monotonic() - item.received) * 1e3)
             self.last_fx = float(result.K[0, 0])
-            self._status.frame(result, msg.header, self.latency.summary()["last"])
+            # The anchor phase yields several frames at once: each status has its own stamp.
+            header = Header(stamp=ns_to_stamp(result.stamp_ns), frame_id=msg.header.frame_id)
+            self._status.frame(result, header, self.latency.summary()["last"])
         self.info_snapshot = self.session.info()
 
     # -- services' side ----------------------------------------------------------------------
-    def reset_stream(self) -> str:
-        """Clear session, queue and path; waits for the frame in flight (if any)."""
+    def reset_stream(self) -> Optional[str]:
+        """Clear session, queue and path; waits for the frame in flight (if any).
+
+        Returns what was done, or None when there is no session (unconfigured)."""
         with self._session_lock:
+            if self.session is None:  # checked under the lock: a cleanup may be running
+                return None
             self._generation += 1
             dropped = self._queue.clear() if self._queue is not None else 0
             self.counters["dropped_reset"] += dropped
@@ -289,6 +319,7 @@ def main(args=None) -> int:
     node = LingbotNode()
     executor = MultiThreadedExecutor(num_threads=4)
     executor.add_node(node)
+    interrupted = False
     try:
         if node.get_parameter("autostart").value:
             if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
@@ -297,15 +328,25 @@ def main(args=None) -> int:
             node.trigger_activate()
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
-        pass
+        interrupted = True  # SIGINT/SIGTERM: rclpy's handler shuts the context down
+    except Exception:
+        if rclpy.ok():
+            raise
+        # Shut down between the executor's checks: rclpy raises RCLError ("failed to
+        # initialize wait set: the given context is not valid") instead.
+        interrupted = True
     finally:
-        # On SIGINT rclpy shuts the context down and runs the shutdown transition itself.
-        if rclpy.ok() and node._state_machine.current_state[1] not in ("finalized",
-                                                                       "shuttingdown"):
+        if not interrupted and rclpy.ok() and node._state_machine.current_state[1] not in (
+                "finalized", "shuttingdown"):
             try:
                 node.trigger_shutdown()
             except Exception as exc:  # noqa: BLE001 -- shutting down anyway
                 print(f"lingbot_ros: shutdown transition failed: {exc}", file=sys.stderr)
+        # On SIGINT/SIGTERM rclpy's handler shuts the context down (from its own thread): no
+        # transition can run then (its event cannot be published), so do the shutdown work
+        # directly: stop the worker before the node's entities are destroyed under it (that
+        # aborted the process), free the session. A no-op after the shutdown transition.
+        node.on_shutdown(None)
         executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown()

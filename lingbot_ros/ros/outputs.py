@@ -40,6 +40,7 @@ class Outputs:
         self._node = node
         self._path_poses: deque = deque(maxlen=config.path_max_poses or None)
         self._last_path = 0.0
+        self._path_pending = False  # poses appended since the last Path message
         self._last_points = 0.0
         self.num_tf_failures = 0
 
@@ -54,6 +55,8 @@ class Outputs:
         now = time.monotonic()
         if now - self._last_path >= PATH_MIN_PERIOD_S:
             self.publish_path(stamp)
+        else:
+            self._path_pending = True  # sent by flush_path when the stream pauses or ends
         if cfg.tf_mode == "map_to_camera":
             self.tf.publish(TFMessage(transforms=[transform(T, stamp, cfg.map_frame,
                                                             camera_frame)]))
@@ -71,6 +74,13 @@ class Outputs:
                         stamp=stamp if stamp is not None else self._node.get_clock().now().to_msg())
         self.path.publish(Path(header=header, poses=list(self._path_poses)))
         self._last_path = time.monotonic()
+        self._path_pending = False
+
+    def flush_path(self) -> None:
+        """Publish the Path if throttling held back its latest poses (the worker calls this
+        when idle, so the last Path of a stream always holds every pose)."""
+        if self._path_pending and self._path_poses:
+            self.publish_path(self._path_poses[-1].header.stamp)
 
     def clear(self) -> None:
         """Forget the path (reset) and publish it empty so late joiners see the restart."""

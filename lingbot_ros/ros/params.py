@@ -7,6 +7,7 @@ with the parameter's name for anything invalid.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -75,6 +76,25 @@ PARAMS: tuple[Param, ...] = (
 )
 PARAM_NAMES = tuple(p.name for p in PARAMS)
 
+# The config objects check rules one value's range cannot (multiples of the patch size, one
+# value against another); their errors start with the config field's name, mapped back here.
+_FIELD_PARAMS = {
+    "width": "input.width", "height": "input.height",
+    "num_scale_frames": "session.num_scale_frames", "window": "cache.window",
+    "max_special_frames": "cache.max_special_frames", "max_cache_bytes": "cache.max_cache_bytes",
+    "rollover_keyframes": "session.rollover_keyframes", "policy": "keyframes.policy",
+    "n": "keyframes.n", "flow_threshold": "keyframes.flow_threshold",
+    "max_gap": "keyframes.max_gap", "device": "device", "attention_backend": "attention.backend",
+    "flashinfer_variant": "attention.flashinfer_variant", "image_topic": "topics.image",
+    "camera_info_topic": "topics.camera_info", "map_frame": "frames.map",
+    "odom_frame": "frames.odom", "base_frame": "frames.base", "image_qos_depth": "qos.image_depth",
+    "queue_size": "queue_size", "points_stride": "publish.points_stride",
+    "max_image_pixels": "max_image_pixels", "path_max_poses": "publish.path_max_poses",
+    "points_rate_hz": "publish.points_rate_hz", "cache_info_rate_hz": "publish.cache_info_rate_hz",
+    "diagnostics_rate_hz": "publish.diagnostics_rate_hz",
+    "points_min_conf": "publish.points_min_conf",
+}
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -136,7 +156,10 @@ def build_settings(values: dict) -> Settings:
             diagnostics_rate_hz=float(v["publish.diagnostics_rate_hz"]),
             max_image_pixels=v["max_image_pixels"])
     except ValueError as exc:
-        raise ValueError(f"invalid parameters: {exc}") from exc
+        field = re.match(r"\w*", str(exc)).group(0)
+        name = _FIELD_PARAMS.get(field)
+        raise ValueError(f"parameter {name!r}: {exc}" if name else f"invalid parameters: {exc}") \
+            from exc
     return Settings(session, node, v["checkpoint"], v["model.preset"], v["precision"],
                     v["autostart"], v["warmup"])
 

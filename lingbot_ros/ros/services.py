@@ -31,10 +31,11 @@ class Services:
 
     def _reset(self, request, response):
         node = self._node
-        if node.session is None:
+        message = node.reset_stream()
+        if message is None:
             response.success, response.message = False, "not configured: nothing to reset"
             return response
-        response.message = node.reset_stream()
+        response.message = message
         response.success = True
         node.get_logger().info(response.message)
         return response
@@ -60,7 +61,8 @@ class Services:
 
     def _save(self, request, response):
         node = self._node
-        if node.session is None:
+        session, settings = node.session, node.settings  # a cleanup may run meanwhile
+        if session is None:
             response.success, response.message = False, "not configured: no trajectory"
             return response
         path = Path(request.path).expanduser()
@@ -68,8 +70,8 @@ class Services:
             response.success = False
             response.message = f"cannot write {request.path!r}: its folder does not exist"
             return response
-        stamps, poses = node.session.trajectory.snapshot()
-        optical = node.settings.node.camera_is_optical
+        stamps, poses = session.trajectory.snapshot()
+        optical = settings.node.camera_is_optical
         in_map = np.array([camera_in_map(p, optical) for p in poses]).reshape(-1, 4, 4)
         try:
             write_tum(path, stamps, in_map)

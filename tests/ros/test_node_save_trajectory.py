@@ -1,0 +1,68 @@
+"""~/save_trajectory after a bag replay: a TUM file that evo reads, one pose per processed frame
+with the image stamps and the published poses; a bad path is refused with a message."""
+from __future__ import annotations
+
+import numpy as np
+
+from tests.ros.node_harness import IMAGE_TOPIC, NodeProcess, Probe, make_bag
+from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
+from tests.ros.ros_helpers import finish, start_replay
+
+FRAMES = 12
+PARAMS = {"qos.image": "reliable", "qos.image_depth": 100, "queue_size": 100}
+
+
+def save(probe, path):
+    from lingbot_ros_interfaces.srv import SaveTrajectory
+    return probe.call("save_trajectory", SaveTrajectory.Request(path=str(path)))
+
+
+def test_save_trajectory_is_read_by_evo(tmp_path, ros_env):
+    from evo.tools.file_interface import read_tum_trajectory_file
+
+    bag = tmp_path / "bag"
+    stamps = make_bag(bag, FRAMES, "sqlite3")
+    with NodeProcess(ros_env, tmp_path, PARAMS) as node, Probe() as probe:
+        probe.wait_active(node)
+        rc, _, err = finish(start_replay([str(bag), "--topics", IMAGE_TOPIC,
+                                          "--wait-for-subscribers", "1", "--wait-timeout", "30",
+                                          "--wait-for-all-acked", "15"], ros_env), timeout=90)
+        assert rc == 0, err
+        probe.wait_until(lambda: len(probe.poses) >= FRAMES, 60, f"{FRAMES} poses")
+        assert probe.pose_stamps() == stamps
+
+        out = tmp_path / "trajectory.tum"
+        reply = save(probe, out)
+        assert reply.success, reply.message
+        assert reply.num_poses == FRAMES and str(out) in reply.message
+
+        # Not writable: a missing folder, an empty path. Nothing is written, the node says why.
+        missing = tmp_path / "no_such_dir" / "t.tum"
+        reply = save(probe, missing)
+        assert not reply.success and "no_such_dir" in reply.message, reply.message
+        assert reply.num_poses == 0 and not missing.parent.exists()
+        reply = save(probe, "")
+        assert not reply.success and reply.message
+        published = [g.msg.pose for g in probe.snapshot("poses")]
+        assert node.poll() is None, node.log()[-3000:]
+
+    traj = read_tum_trajectory_file(str(out))
+    assert traj.num_poses == FRAMES
+    np.testing.assert_allclose(traj.timestamps, np.array(stamps) / 1e9, rtol=0, atol=1e-6)
+    # Exact stamps in the file's text (integer nanoseconds as seconds.nanoseconds).
+    lines = [ln.split() for ln in out.read_text().splitlines() if not ln.startswith("#")]
+    file_stamps = [int(sec) * 10**9 + int(frac.ljust(9, "0")) for sec, frac in
+                   (ln[0].split(".") for ln in lines)]
+    assert file_stamps == stamps
+    # The poses are the published ones (map frame; a quaternion and its negation are equal).
+    xyz = np.array([[p.position.x, p.position.y, p.position.z] for p in published])
+    np.testing.assert_allclose(traj.positions_xyz, xyz, atol=1e-9)
+    wxyz = np.array([[p.orientation.w, p.orientation.x, p.orientation.y, p.orientation.z]
+                     for p in published])
+    dots = np.abs(np.sum(traj.orientations_quat_wxyz * wxyz, axis=1))
+    np.testing.assert_allclose(dots, 1.0, atol=1e-9)
+    # The map is the first camera's body frame: frame 0 sits at its origin, optical axes.
+    from lingbot_ros.session.poses import R_BODY_OPTICAL, rotation_to_quaternion
+    x, y, z, w = rotation_to_quaternion(R_BODY_OPTICAL)
+    np.testing.assert_allclose(traj.positions_xyz[0], 0, atol=1e-9)
+    assert abs(np.dot(traj.orientations_quat_wxyz[0], [w, x, y, z])) > 1 - 1e-9

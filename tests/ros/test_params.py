@@ -1,0 +1,155 @@
+"""The node's parameter table: validation that names the parameter, and config/lingbot_ros.yaml
+in step with the declared parameters (names, defaults and their types)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+
+from lingbot_ros.ros.params import PARAM_NAMES, PARAMS, build_settings, check_value
+from tests.ros.ros_helpers import REPO, ros_env  # noqa: F401 -- the fixture
+
+YAML = REPO / "config" / "lingbot_ros.yaml"
+DEFAULTS = {p.name: p.default for p in PARAMS}
+
+
+def yaml_params() -> dict:
+    data = yaml.safe_load(YAML.read_text())
+    assert list(data) == ["lingbot_ros"], "the file is for the node named lingbot_ros"
+    assert list(data["lingbot_ros"]) == ["ros__parameters"]
+    return data["lingbot_ros"]["ros__parameters"]
+
+
+def test_yaml_lists_exactly_the_declared_parameters_with_their_defaults():
+    values = yaml_params()
+    assert len(PARAM_NAMES) == len(set(PARAM_NAMES))
+    assert sorted(set(PARAM_NAMES) - set(values)) == [], "declared, not in the yaml"
+    assert sorted(set(values) - set(PARAM_NAMES)) == [], "in the yaml, not declared"
+    for p in PARAMS:
+        # Exact types: ROS refuses an int in a params file for a double parameter.
+        assert type(values[p.name]) is type(p.default), (p.name, values[p.name], p.default)
+        assert values[p.name] == p.default, (p.name, values[p.name], p.default)
+
+
+def test_every_parameter_has_a_description_and_consistent_bounds():
+    for p in PARAMS:
+        assert p.description, p.name
+        if p.choices:
+            assert p.default in p.choices, p.name
+        if p.min is not None:
+            assert p.max is not None and p.min <= p.default <= p.max, p.name
+        check_value(p, p.default)
+
+
+def test_defaults_build():
+    s = build_settings({})
+    assert s.preset == "tiny" and s.checkpoint == "" and s.autostart and s.warmup
+    assert s.session.num_scale_frames == 8 and s.session.window == 64
+    assert s.session.max_special_frames is None and s.session.max_cache_bytes is None
+    assert s.session.preprocess.width == 518 and s.session.preprocess.height is None
+    assert s.session.rollover_keyframes == 320
+    assert s.node.queue_size == 2 and s.node.image_qos == "sensor_data"
+    assert s.node.tf_mode == "map_to_camera" and s.node.path_max_poses == 10_000
+
+
+def test_values_reach_the_configs():
+    s = build_settings({"input.width": 56, "input.height": 42, "session.num_scale_frames": 2,
+                        "cache.window": 4, "cache.max_special_frames": 100,
+                        "cache.max_cache_bytes": 2**20, "session.rollover_keyframes": 0,
+                        "keyframes.policy": "every_n", "keyframes.n": 3,
+                        "keyframes.flow_threshold": 5, "queue_size": 7, "qos.image": "reliable",
+                        "publish.points": True, "frames.camera": "cam", "warmup": False})
+    assert (s.session.preprocess.width, s.session.preprocess.height) == (56, 42)
+    assert (s.session.num_scale_frames, s.session.window) == (2, 4)
+    assert (s.session.max_special_frames, s.session.max_cache_bytes) == (100, 2**20)
+    assert s.session.rollover_keyframes is None  # 0 = never
+    assert (s.session.keyframes.policy, s.session.keyframes.n) == ("every_n", 3)
+    assert s.session.keyframes.flow_threshold == 5.0  # an int is fine for a double
+    assert s.session.return_depth and s.node.publish_points
+    assert (s.node.queue_size, s.node.image_qos, s.node.camera_frame) == (7, "reliable", "cam")
+    assert not s.warmup
+
+
+@pytest.mark.parametrize("name, value, says", [
+    # type (ROS enforces it for declared parameters; build_settings checks it too)
+    ("queue_size", "2", "must be int"),
+    ("queue_size", 2.0, "must be int"),
+    ("autostart", 1, "must be bool"),
+    ("input.width", True, "must be int"),
+    ("checkpoint", None, "must be str"),
+    # choice lists (ROS has no such constraint)
+    ("keyframes.policy", "bogus", "must be one of"),
+    ("model.preset", "huge", "must be one of"),
+    ("precision", "fp16", "must be one of"),
+    ("attention.backend", "flash", "must be one of"),
+    ("attention.flashinfer_variant", "fa4", "must be one of"),
+    ("qos.image", "best_effort", "must be one of"),
+    ("tf.mode", "map_to_base", "must be one of"),
+    # ranges
+    ("cache.window", 0, "must be in"),
+    ("queue_size", 0, "must be in"),
+    ("session.num_scale_frames", 0, "must be in"),
+    ("input.width", 13, "must be in"),
+    ("cache.max_special_frames", -2, "must be in"),
+    ("keyframes.flow_threshold", -1.0, "must be in"),
+    ("publish.diagnostics_rate_hz", 0.0, "must be in"),
+    ("max_image_pixels", 0, "must be in"),
+    # rules of the configs: a multiple of the patch, one value against another, non-empty
+    ("input.width", 100, "multiple of patch_size"),
+    ("input.height", 50, "multiple of patch_size"),
+    ("cache.max_special_frames", 0, "positive"),
+    ("cache.max_special_frames", 4, "at least num_scale_frames"),
+    ("cache.max_cache_bytes", 0, "positive"),
+    ("session.rollover_keyframes", 8, "must exceed num_scale_frames"),
+    ("topics.image", "", "non-empty"),
+    ("frames.map", "", "non-empty"),
+    ("device", "", "device"),
+])
+def test_bad_values_are_refused_with_the_parameter_name(name, value, says):
+    with pytest.raises(ValueError) as exc:
+        build_settings({name: value})
+    assert f"'{name}'" in str(exc.value) and says in str(exc.value), str(exc.value)
+
+
+def test_declared_in_a_real_node_from_the_params_file(ros_env):
+    """rclpy loads the yaml, declares every parameter with a read-only descriptor; bad
+    overrides are reported by name instead of crashing the constructor."""
+    import rclpy
+    from rclpy.signals import SignalHandlerOptions
+
+    from lingbot_ros.ros import params
+
+    def make(extra_args):
+        context = rclpy.Context()
+        rclpy.init(args=["--ros-args", "--params-file", str(YAML), *extra_args],
+                   context=context, signal_handler_options=SignalHandlerOptions.NO)
+        node = rclpy.create_node("lingbot_ros", context=context,
+                                 start_parameter_services=False)
+        return context, node, params.declare(node)
+
+    context, node, errors = make([])
+    try:
+        assert errors == []
+        assert params.read(node) == DEFAULTS
+        desc = node.describe_parameter("cache.window")
+        assert desc.read_only and desc.description
+        assert (desc.integer_range[0].from_value, desc.integer_range[0].to_value) == (1, 1024)
+        desc = node.describe_parameter("keyframes.flow_threshold")
+        assert math.isclose(desc.floating_point_range[0].to_value, 1e4)
+        assert "every_n" in node.describe_parameter("keyframes.policy").additional_constraints
+    finally:
+        node.destroy_node()
+        context.try_shutdown()
+
+    context, node, errors = make(["-p", "cache.window:=0", "-p", "queue_size:=abc",
+                                  "-p", "input.width:=112"])
+    try:
+        assert len(errors) == 2, errors
+        assert "'cache.window'" in errors[0] and "'queue_size'" in errors[1], errors
+        values = params.read(node)
+        assert values["cache.window"] == 64 and values["queue_size"] == 2  # defaults kept
+        assert values["input.width"] == 112  # the good override applies
+    finally:
+        node.destroy_node()
+        context.try_shutdown()
