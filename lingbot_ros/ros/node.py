@@ -14,7 +14,6 @@ import time
 from collections import Counter, deque
 from typing import NamedTuple, Optional
 
-import numpy as np
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
@@ -23,7 +22,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_msgs.msg import Header
 
-from ..session.factory import load_session_model
+from ..session.factory import load_session_model, warm_up
 from ..session.session import StreamingSession
 from ..session.stats import LatencyWindow
 from ..session.types import FrameRejected
@@ -33,6 +32,7 @@ from .messages import ns_to_stamp, stamp_to_ns
 from .outputs import Outputs
 from .services import Services
 from .status import Status
+from .tf_lookup import make_tf_lookup
 
 NODE_NAME = "lingbot_ros"
 
@@ -85,7 +85,7 @@ class LingbotNode(LifecycleNode):
                 settings.session, settings.preset, settings.checkpoint or None,
                 settings.precision)
             if settings.warmup:
-                self._warm_up(model, settings)
+                warm_up(model, settings.session)
             session = StreamingSession(model, settings.session)
         except Exception as exc:  # a bad checkpoint, no CUDA, no flashinfer...
             self.get_logger().error(f"configure failed: {type(exc).__name__}: {exc}")
@@ -114,7 +114,7 @@ class LingbotNode(LifecycleNode):
         cfg = self.settings.node
         tf_lookup = None
         if cfg.tf_mode == "map_to_odom":
-            tf_lookup = self._make_tf_lookup()
+            tf_lookup = make_tf_lookup(self)
             if tf_lookup is None:
                 return TransitionCallbackReturn.FAILURE
         from .frame_queue import FrameQueue
@@ -231,7 +231,8 @@ class LingbotNode(LifecycleNode):
             if cfg.use_compressed:
                 array, encoding = compressed_to_array(msg, limits)
             else:
-                array, encoding = image_to_array(msg, limits), msg.encoding
+                # cv_bridge when a ROS install registers it, else our exact numpy path
+                array, encoding = image_to_array(msg, limits, backend="auto"), msg.encoding
             results = self.session.push(array, stamp_ns, encoding)
         except (ImageRejected, FrameRejected) as exc:
             self.counters[f"rejected_{exc.reason}"] += 1
@@ -278,40 +279,6 @@ class LingbotNode(LifecycleNode):
                 self._outputs.clear()
             self.counters["resets"] += 1
         return f"reset: caches and trajectory cleared, {dropped} queued frame(s) dropped"
-
-    def _make_tf_lookup(self):
-        try:
-            import tf2_ros
-        except ImportError:
-            self.get_logger().error(
-                "tf.mode 'map_to_odom' needs tf2_ros (a ROS install); it is not importable "
-                "here. Use tf.mode 'map_to_camera' or run in a ROS environment.")
-            return None
-        buffer = tf2_ros.Buffer()
-        self._tf_listener = tf2_ros.TransformListener(buffer, self)
-
-        def lookup(parent: str, child: str, stamp) -> Optional[np.ndarray]:
-            from rclpy.time import Time
-            try:
-                t = buffer.lookup_transform(parent, child, Time.from_msg(stamp)).transform
-            except Exception:  # not available at that stamp: counted by the caller
-                return None
-            from ..session.poses import tq_to_matrix
-            return tq_to_matrix([t.translation.x, t.translation.y, t.translation.z],
-                                [t.rotation.x, t.rotation.y, t.rotation.z, t.rotation.w])
-        return lookup
-
-    @staticmethod
-    def _warm_up(model, settings: params.Settings) -> None:
-        """A throwaway stream at the configured size, so the first real frame is not slow."""
-        cfg = settings.session
-        width = cfg.preprocess.width
-        height = cfg.preprocess.height or (width * 3 // 4)
-        warm = StreamingSession(model, cfg)
-        image = np.full((height, width, 3), 127, np.uint8)
-        for i in range(cfg.num_scale_frames + 2):
-            warm.push(image, i + 1)
-        del warm
 
 
 def main(args=None) -> int:

@@ -34,7 +34,7 @@ class Outputs:
         self.path = node.create_publisher(Path, "~/path", latched)
         self.points = (node.create_publisher(PointCloud2, "~/points", 2)
                        if config.publish_points else None)
-        self.tf = node.create_publisher(TFMessage, "/tf", 100)
+        self.tf = _tf_publisher(node)
         self._publishers = [p for p in (self.pose, self.odometry, self.path, self.points, self.tf)
                             if p is not None]
         self._node = node
@@ -102,3 +102,13 @@ class Outputs:
         T_map_odom = T_map_cam @ np.linalg.inv(T_odom_cam)
         self.tf.publish(TFMessage(transforms=[transform(T_map_odom, stamp, self.config.map_frame,
                                                         self.config.odom_frame)]))
+
+
+def _tf_publisher(node):
+    """The /tf publisher: tf2_ros's broadcaster where importable (a ROS install), else a plain
+    publisher of the same type and QoS (pip-only environments build tf2_msgs themselves)."""
+    try:
+        from tf2_ros import TransformBroadcaster
+    except ImportError:
+        return node.create_publisher(TFMessage, "/tf", 100)
+    return TransformBroadcaster(node).pub_tf

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
+
 from ..config import SessionConfig
 from ..model.presets import PRESETS, build_model
 from .session import StreamingSession
 
-__all__ = ["PRESETS", "open_session", "load_session_model"]
+__all__ = ["PRESETS", "open_session", "load_session_model", "warm_up"]
 
 
 def load_session_model(config: SessionConfig, preset: str = "tiny",
@@ -22,3 +24,15 @@ def open_session(config: SessionConfig, preset: str = "tiny", checkpoint: Option
     """A fresh ``StreamingSession`` and whether its weights are random."""
     model, random_weights = load_session_model(config, preset, checkpoint, precision, seed)
     return StreamingSession(model, config), random_weights
+
+
+def warm_up(model, config: SessionConfig) -> None:
+    """Stream a few dummy frames through a throwaway session at the configured size, so the
+    first real frame does not pay for allocator growth, kernel selection or FlashInfer's JIT.
+    The caches it allocates are freed with it."""
+    width = config.preprocess.width
+    height = config.preprocess.height or (width * 3 // 4)
+    session = StreamingSession(model, config)
+    image = np.full((height, width, 3), 127, np.uint8)
+    for i in range(config.num_scale_frames + 2):
+        session.push(image, i + 1)
