@@ -1,24 +1,20 @@
-"""Probe: a small client of a running lingbot_ros node (outputs + services), for the demo.
-
-Runs its own rclpy context and executor thread, so it can live beside other ROS code.
-"""
+"""Probe: a small client of a running lingbot_ros node (outputs + services), for the demo."""
 from __future__ import annotations
 
-import threading
 import time
 from typing import Optional
 
-import rclpy
 from geometry_msgs.msg import PoseStamped
 from lingbot_ros_interfaces.msg import TrackingStatus
 from lingbot_ros_interfaces.srv import GetCacheInfo, SaveTrajectory
-from rclpy.executors import SingleThreadedExecutor
-from rclpy.signals import SignalHandlerOptions
 from std_srvs.srv import Trigger
 
+from .background_node import BackgroundNode
 
-class Probe:
+
+class Probe(BackgroundNode):
     def __init__(self, node_name: str = "/lingbot_ros") -> None:
+        super().__init__("lingbot_ros_probe")
         self._ns = node_name.rstrip("/")
         self.num_poses = 0
         self.first_pose_time: Optional[float] = None  # time.monotonic() of the first/last pose
@@ -26,33 +22,13 @@ class Probe:
         self.last_status: Optional[TrackingStatus] = None
         self._last_message = time.monotonic()
 
-    def __enter__(self) -> "Probe":
-        self._context = rclpy.Context()
-        rclpy.init(args=[], context=self._context, signal_handler_options=SignalHandlerOptions.NO)
-        self.node = rclpy.create_node("lingbot_ros_probe", context=self._context)
-        self.node.create_subscription(PoseStamped, f"{self._ns}/pose", self._on_pose, 100)
-        self.node.create_subscription(TrackingStatus, f"{self._ns}/status", self._on_status, 100)
+    def setup(self, node) -> None:
+        node.create_subscription(PoseStamped, f"{self._ns}/pose", self._on_pose, 100)
+        node.create_subscription(TrackingStatus, f"{self._ns}/status", self._on_status, 100)
         self._clients = {
-            "reset": self.node.create_client(Trigger, f"{self._ns}/reset"),
-            "info": self.node.create_client(GetCacheInfo, f"{self._ns}/get_cache_info"),
-            "save": self.node.create_client(SaveTrajectory, f"{self._ns}/save_trajectory")}
-        self._executor = SingleThreadedExecutor(context=self._context)
-        self._executor.add_node(self.node)
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._context.try_shutdown()
-        self._thread.join(timeout=5)
-        self._executor.shutdown()
-
-    def _spin(self) -> None:
-        while self._context.ok():
-            try:
-                self._executor.spin_once(timeout_sec=0.05)
-            except Exception:  # the context was shut down under us
-                return
+            "reset": node.create_client(Trigger, f"{self._ns}/reset"),
+            "info": node.create_client(GetCacheInfo, f"{self._ns}/get_cache_info"),
+            "save": node.create_client(SaveTrajectory, f"{self._ns}/save_trajectory")}
 
     def _on_pose(self, msg: PoseStamped) -> None:
         self.num_poses += 1

@@ -31,6 +31,7 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 import pytest
 
+from lingbot_ros.ros.background_node import BackgroundNode
 from tests.ros.ros_helpers import BAG_START_NS, REPO
 
 NODE = "/lingbot_ros"
@@ -166,10 +167,11 @@ def diag_values(array_msg) -> dict[str, str]:
     return {}
 
 
-class Probe:
+class Probe(BackgroundNode):
     """Subscriptions, service clients and an image publisher in this process (own context)."""
 
     def __init__(self, node: str = NODE, image_topic: str = IMAGE_TOPIC) -> None:
+        super().__init__(f"test_probe_{os.getpid()}", start_parameter_services=False)
         self._node_name = node
         self._image_topic = image_topic
         self._lock = threading.Lock()
@@ -180,26 +182,18 @@ class Probe:
         self.diagnostics: list[Got] = []
 
     # -- set up / tear down --------------------------------------------------------------------
-    def __enter__(self) -> "Probe":
-        import rclpy
+    def setup(self, node) -> None:
         from diagnostic_msgs.msg import DiagnosticArray
         from geometry_msgs.msg import PoseStamped
         from lifecycle_msgs.srv import ChangeState, GetState
         from nav_msgs.msg import Path as PathMsg
-        from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-        from rclpy.signals import SignalHandlerOptions
         from sensor_msgs.msg import Image
         from std_srvs.srv import Trigger
 
         from lingbot_ros_interfaces.msg import CacheInfo, TrackingStatus
         from lingbot_ros_interfaces.srv import GetCacheInfo, SaveTrajectory
 
-        self._context = rclpy.Context()
-        rclpy.init(args=[], context=self._context,
-                   signal_handler_options=SignalHandlerOptions.NO)
-        self.node = rclpy.create_node(f"test_probe_{os.getpid()}", context=self._context,
-                                      start_parameter_services=False)
         reliable = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
         latched = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -210,34 +204,17 @@ class Probe:
                 (f"{n}/status", TrackingStatus, self.status, reliable),
                 (f"{n}/cache_info", CacheInfo, self.cache_info, reliable),
                 ("/diagnostics", DiagnosticArray, self.diagnostics, reliable)):
-            self.node.create_subscription(msg_type, topic,
-                                          lambda m, s=store: self._on_message(s, m), qos)
+            node.create_subscription(msg_type, topic,
+                                     lambda m, s=store: self._on_message(s, m), qos)
         self.clients = {
-            "get_state": self.node.create_client(GetState, f"{n}/get_state"),
-            "change_state": self.node.create_client(ChangeState, f"{n}/change_state"),
-            "reset": self.node.create_client(Trigger, f"{n}/reset"),
-            "get_cache_info": self.node.create_client(GetCacheInfo, f"{n}/get_cache_info"),
-            "save_trajectory": self.node.create_client(SaveTrajectory, f"{n}/save_trajectory"),
+            "get_state": node.create_client(GetState, f"{n}/get_state"),
+            "change_state": node.create_client(ChangeState, f"{n}/change_state"),
+            "reset": node.create_client(Trigger, f"{n}/reset"),
+            "get_cache_info": node.create_client(GetCacheInfo, f"{n}/get_cache_info"),
+            "save_trajectory": node.create_client(SaveTrajectory, f"{n}/save_trajectory"),
         }
-        self.image_pub = self.node.create_publisher(
+        self.image_pub = node.create_publisher(
             Image, self._image_topic, QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE))
-        self._executor = SingleThreadedExecutor(context=self._context)
-        self._executor.add_node(self.node)
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._context.try_shutdown()
-        self._thread.join(timeout=5)
-        self._executor.shutdown()
-
-    def _spin(self) -> None:
-        while self._context.ok():
-            try:
-                self._executor.spin_once(timeout_sec=0.05)
-            except Exception:  # noqa: BLE001 -- the context was shut down under us
-                return
 
     def _on_message(self, store: list, msg) -> None:
         with self._lock:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from lingbot_ros.ros.background_node import BackgroundNode
+
 REPO = Path(__file__).resolve().parents[2]
 BAG_START_NS = 1_700_000_000 * 10**9  # far from the wall clock: /clock values are bag time
 
@@ -83,45 +85,27 @@ def write_bag(path: Path, storage: str, messages: list[Recorded], *,
     return path
 
 
-class RawReceiver:
+class RawReceiver(BackgroundNode):
     """Raw (CDR bytes) subscriptions in this process, on its own rclpy context and thread.
 
     Use as a context manager; ``received[topic]`` lists (bytes, monotonic receive time).
     """
 
     def __init__(self, topics: dict[str, type], qos_depth: int = 1000, best_effort=()):
+        super().__init__(f"test_receiver_{os.getpid()}")
         self._topics, self._depth, self._best_effort = topics, qos_depth, set(best_effort)
         self.received: dict[str, list[tuple[bytes, float]]] = {t: [] for t in topics}
         self._lock = threading.Lock()
 
-    def __enter__(self) -> "RawReceiver":
-        import rclpy
-        from rclpy.executors import SingleThreadedExecutor
+    def setup(self, node) -> None:
         from rclpy.qos import QoSProfile, ReliabilityPolicy
-        from rclpy.signals import SignalHandlerOptions
 
-        self._context = rclpy.Context()
-        rclpy.init(args=[], context=self._context,
-                   signal_handler_options=SignalHandlerOptions.NO)
-        self.node = rclpy.create_node(f"test_receiver_{os.getpid()}", context=self._context)
         for topic, msg_type in self._topics.items():
             reliability = (ReliabilityPolicy.BEST_EFFORT if topic in self._best_effort
                            else ReliabilityPolicy.RELIABLE)
-            self.node.create_subscription(
+            node.create_subscription(
                 msg_type, topic, lambda raw, t=topic: self._on_message(t, raw),
                 QoSProfile(depth=self._depth, reliability=reliability), raw=True)
-        self._executor = SingleThreadedExecutor(context=self._context)
-        self._executor.add_node(self.node)
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._thread.start()
-        return self
-
-    def _spin(self) -> None:
-        while self._context.ok():
-            try:
-                self._executor.spin_once(timeout_sec=0.05)
-            except Exception:  # noqa: BLE001 -- the context was shut down under us
-                return
 
     def _on_message(self, topic: str, raw: bytes) -> None:
         with self._lock:
@@ -139,11 +123,6 @@ class RawReceiver:
                 return True
             time.sleep(0.02)
         return False
-
-    def __exit__(self, *exc) -> None:
-        self._context.try_shutdown()
-        self._thread.join(timeout=5)
-        self._executor.shutdown()
 
 
 def start_replay(args: list[str], env: dict[str, str]) -> subprocess.Popen:
