@@ -222,6 +222,8 @@ class SessionConfig:
     return_depth: bool = True  # copy depth, confidence and the model image into results
     attention_backend: str = "torch_ref"  # torch_ref (CPU/GPU) | flashinfer (CUDA)
     flashinfer_variant: str = "fa2"  # fa2 | fa3 (Hopper) | auto
+    cuda_graphs: bool = True  # replay streaming steps as CUDA graphs (CUDA + flashinfer only)
+    kv_splits: int = 4  # flashinfer split-KV parts per attention call (at most num_scale_frames + 2)
     device: str = "cpu"  # torch device of the model and caches
 
     def __post_init__(self) -> None:
@@ -244,7 +246,7 @@ class SessionConfig:
             raise ValueError("keyframes must be a KeyframeConfig")
         if not isinstance(self.preprocess, PreprocessConfig):
             raise ValueError("preprocess must be a PreprocessConfig")
-        for name in ("with_depth", "return_depth"):
+        for name in ("with_depth", "return_depth", "cuda_graphs"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.attention_backend not in ATTENTION_BACKENDS:
@@ -255,6 +257,9 @@ class SessionConfig:
                              f"got {self.flashinfer_variant!r}")
         if not isinstance(self.device, str) or not self.device:
             raise ValueError(f"device must be a torch device string, got {self.device!r}")
+        if isinstance(self.kv_splits, bool) or not isinstance(self.kv_splits, int) \
+                or not 1 <= self.kv_splits <= 8:
+            raise ValueError(f"kv_splits must be an integer in [1, 8], got {self.kv_splits!r}")
 
     def cache_extra(self) -> dict:
         """CacheConfig fields beyond the model's shapes: retention and pool sizing."""
@@ -262,6 +267,11 @@ class SessionConfig:
                  and self.max_special_frames is None else 1024)  # one window never grows
         return {"max_special_frames": self.max_special_frames, "max_cache_bytes":
                 self.max_cache_bytes, "special_chunk_frames": chunk}
+
+    def graph_kv_splits(self) -> int:
+        """Split-KV parts a graphed step can always use: it sees at least the anchor pages,
+        its own page and one special page."""
+        return min(self.kv_splits, self.num_scale_frames + 2)
 
     def camera_chunk_frames(self) -> int:
         """Camera-head cache capacity step: one window's keyframes when rolling over."""

@@ -24,3 +24,14 @@ def test_defaults_describe_the_released_model_at_378x504():
     assert (cfg.num_layers, cfg.num_heads, cfg.head_dim) == (24, 16, 64)
     assert cfg.page_size == 27 * 36 and cfg.tokens_per_frame == 978
     assert (cfg.scale_frames, cfg.window) == (8, 64)
+
+
+def test_kv_splits_are_checked_and_clamped_for_graphs():
+    import pytest
+
+    from lingbot_ros.config import SessionConfig
+    for bad in (0, 9, 2.0, True):
+        with pytest.raises(ValueError, match="kv_splits"):
+            SessionConfig(kv_splits=bad)
+    assert SessionConfig().kv_splits == 4 and SessionConfig().graph_kv_splits() == 4
+    assert SessionConfig(num_scale_frames=1, kv_splits=8).graph_kv_splits() == 3

@@ -8,13 +8,24 @@ from .torch_ref import TorchRefBackend
 BACKENDS = ("torch_ref", "flashinfer")
 
 
-def make_backend(name: str, storage: KVStorage, variant: str = "fa2") -> AttentionBackend:
-    """Build a backend by name; ``variant`` (fa2 | fa3 | auto) applies to flashinfer only."""
+def make_backend(name: str, storage: KVStorage, variant: str = "fa2",
+                 graph_query_tokens: int | None = None, kv_splits: int = 1) -> AttentionBackend:
+    """Build a backend by name; ``variant`` (fa2 | fa3 | auto) applies to flashinfer only.
+
+    ``graph_query_tokens``: build a flashinfer backend whose ``run`` can be captured in a
+    CUDA graph, for steps of exactly that many query tokens (torch_ref cannot be captured:
+    its gathered key count changes every step). ``kv_splits``: flashinfer split-KV (see
+    ``flashinfer_paged``); torch_ref ignores it (one dense call).
+    """
     if name == "torch_ref":
+        if graph_query_tokens is not None:
+            raise ValueError("attention backend 'torch_ref' cannot run inside a CUDA graph; "
+                             "use 'flashinfer' or switch CUDA graphs off")
         return TorchRefBackend(storage)
     if name == "flashinfer":
         from .flashinfer_paged import FlashInferPagedBackend  # lazy: flashinfer is optional
-        return FlashInferPagedBackend(storage, variant)
+        return FlashInferPagedBackend(storage, variant, graph_query_tokens=graph_query_tokens,
+                                      kv_splits=kv_splits)
     raise ValueError(f"unknown attention backend {name!r}; choose one of {BACKENDS}")
 
 

@@ -6,6 +6,16 @@ with CPU int32 index tensors (no device sync), ``run`` once per layer. The page 
 exact number of patch tokens per frame; fa3 handles non-power-of-two pages and a partial last
 page (checked against torch_ref on the GPU). flashinfer is imported lazily, so the package
 works without it.
+
+CUDA-graph mode (``graph_query_tokens``): the wrapper owns fixed device buffers for the page
+table, ``plan`` refills them on the host before a replay and the captured ``run`` reads them,
+so one graph serves every step whatever its page count (up to ``MAX_GRAPH_PAGES``).
+
+Split-KV (``kv_splits`` = S > 1): a step's ~1,000 queries x 16 heads make only ~100 query
+tiles, less than one wave on a 132-SM GPU, each walking all ~70,000 keys. With S > 1 the
+queries are repeated S times as S requests, each over a contiguous 1/S of the visible pages,
+and the S partial results are merged by their log-sum-exp (FlashInfer ``merge_state``):
+S times more tiles, the same arithmetic, one small merge per layer.
 """
 from __future__ import annotations
 
@@ -16,6 +26,7 @@ from ..cache.storage import KVStorage
 
 VARIANTS = ("fa2", "fa3", "auto")
 WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's recommended split-k workspace
+MAX_GRAPH_PAGES = 1 << 16  # page-index buffer of a CUDA-graph wrapper (256 KiB)
 
 
 def _import_flashinfer():
@@ -30,7 +41,8 @@ def _import_flashinfer():
 
 class FlashInferPagedBackend:
     def __init__(self, storage: KVStorage, variant: str = "fa2",
-                 workspace_bytes: int = WORKSPACE_BYTES) -> None:
+                 workspace_bytes: int = WORKSPACE_BYTES,
+                 graph_query_tokens: int | None = None, kv_splits: int = 1) -> None:
         if variant not in VARIANTS:
             raise ValueError(f"flashinfer variant must be one of {VARIANTS}, got {variant!r}")
         if storage.device.type != "cuda" or not torch.cuda.is_available():
@@ -42,24 +54,82 @@ class FlashInferPagedBackend:
                              f"got {storage.dtype}; use torch_ref for float32")
         if variant == "fa3" and torch.cuda.get_device_capability(storage.device)[0] < 9:
             raise RuntimeError("flashinfer variant 'fa3' needs a Hopper GPU (sm90); use 'fa2'")
+        if not isinstance(kv_splits, int) or not 1 <= kv_splits <= 16:
+            raise ValueError(f"kv_splits must be an integer in [1, 16], got {kv_splits!r}")
         flashinfer = _import_flashinfer()
-        self.name = f"flashinfer_{variant}"
+        self._merge_state = flashinfer.merge_state
+        self.kv_splits = kv_splits
+        self.name = f"flashinfer_{variant}" + (f"_split{kv_splits}" if kv_splits > 1 else "")
         self.storage = storage
         self._workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=storage.device)
+        self.graph_query_tokens = graph_query_tokens
+        graph_buffers = {}
+        if graph_query_tokens is not None:
+            if graph_query_tokens < 1:
+                raise ValueError(f"graph_query_tokens must be positive, got {graph_query_tokens}")
+            self.name += "_graph"
+
+            def i32(values):
+                return torch.tensor(values, dtype=torch.int32, device=storage.device)
+            graph_buffers = dict(
+                use_cuda_graph=True,
+                qo_indptr_buf=i32([graph_query_tokens * i for i in range(kv_splits + 1)]),
+                paged_kv_indptr_buf=i32([0] * (kv_splits + 1)),
+                paged_kv_indices_buf=i32([0] * MAX_GRAPH_PAGES),
+                paged_kv_last_page_len_buf=i32([0] * kv_splits))
         self._wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
-            self._workspace, kv_layout="NHD", backend=variant)
+            self._workspace, kv_layout="NHD", backend=variant, **graph_buffers)
         self._planned = False
+        self._splits = 1  # requests of the current plan
 
     def plan(self, layout: PagedKVLayout) -> None:
         c = self.storage.config
+        if self.graph_query_tokens is not None:
+            if layout.num_query_tokens != self.graph_query_tokens:
+                raise ValueError(f"flashinfer graph backend: the step has "
+                                 f"{layout.num_query_tokens} query tokens, the graph "
+                                 f"{self.graph_query_tokens}")
+            if layout.num_pages > MAX_GRAPH_PAGES:
+                raise ValueError(f"flashinfer graph backend: {layout.num_pages} visible pages "
+                                 f"exceed {MAX_GRAPH_PAGES}; bound max_special_frames")
+        splits = self.kv_splits if self.graph_query_tokens is not None else min(
+            self.kv_splits, layout.num_pages)
+        if layout.num_pages < splits:
+            raise ValueError(f"flashinfer graph backend: {layout.num_pages} visible pages "
+                             f"cannot be split {splits} ways")
+        qo_indptr, kv_indptr, last_page_len = self._split(layout, splits)
         self._wrapper.plan(
-            layout.qo_indptr, layout.kv_indptr, layout.kv_indices, layout.kv_last_page_len,
+            qo_indptr, kv_indptr, layout.kv_indices, last_page_len,
             num_qo_heads=c.num_heads, num_kv_heads=c.num_heads, head_dim_qk=c.head_dim,
             page_size=c.page_size, causal=False, pos_encoding_mode="NONE",
             q_data_type=self.storage.dtype, kv_data_type=self.storage.dtype)
+        self._splits = splits
         self._planned = True
+
+    @staticmethod
+    def _split(layout: PagedKVLayout, splits: int):
+        """Page-table arrays of ``splits`` requests over contiguous page ranges (CPU int32)."""
+        if splits == 1:
+            return layout.qo_indptr, layout.kv_indptr, layout.kv_last_page_len
+        n, tokens = layout.num_pages, layout.num_query_tokens
+        bounds = [round(i * n / splits) for i in range(splits + 1)]
+        last = [layout.page_size] * (splits - 1) + [int(layout.kv_last_page_len[0])]
+        i32 = torch.int32
+        return (torch.tensor([tokens * i for i in range(splits + 1)], dtype=i32),
+                torch.tensor(bounds, dtype=i32), torch.tensor(last, dtype=i32))
 
     def run(self, layer: int, q: torch.Tensor) -> torch.Tensor:
         if not self._planned:
             raise RuntimeError("flashinfer: run() before plan()")
-        return self._wrapper.run(q, self.storage.layer(layer))
+        kv = self.storage.layer(layer)
+        if self._splits == 1:
+            return self._wrapper.run(q, kv)
+        tokens = q.shape[0]
+        out, lse = self._wrapper.run(q.repeat(self._splits, 1, 1), kv, return_lse=True)
+        parts = [(out[i * tokens:(i + 1) * tokens], lse[i * tokens:(i + 1) * tokens])
+                 for i in range(self._splits)]  # (tokens, heads, dim), (tokens, heads) each
+        while len(parts) > 1:  # pairwise log-sum-exp merges
+            merged = [self._merge_state(*parts[i], *parts[i + 1])
+                      for i in range(0, len(parts) - 1, 2)]
+            parts = merged + ([parts[-1]] if len(parts) % 2 else [])
+        return parts[0][0]

@@ -148,6 +148,11 @@ class CameraCacheTxn:
         end = self.first_frame + self.num_frames
         return kv[0, :end], kv[1, :end]
 
+    @property
+    def visible_mask(self) -> None:
+        """Which rows of ``visible`` to attend to: all of them (a graph step's differs)."""
+        return None
+
     def commit(self) -> None:
         """Keep the step's frames."""
         self._check_pending("commit")

@@ -11,7 +11,7 @@ Used as a context manager it rolls back when the body raises.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .errors import TransactionError
 from .layout import PagedKVLayout
@@ -21,6 +21,12 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from .kv_cache import PagedKVCache
+
+
+class KVWriter(Protocol):
+    """Where a step's global layers put their K/V: a ``FrameTxn`` or a graph's static slots."""
+
+    def write(self, layer: int, k: "torch.Tensor", v: "torch.Tensor") -> None: ...
 
 
 class FrameTxn:
@@ -42,6 +48,11 @@ class FrameTxn:
     @property
     def num_frames(self) -> int:
         return self.plan.num_frames
+
+    @property
+    def write_rows(self) -> tuple["torch.Tensor", "torch.Tensor"]:
+        """(K rows, V rows) of the storage's flat layer view the step writes, frame order."""
+        return self._k_slots, self._v_slots
 
     def write(self, layer: int, k: "torch.Tensor", v: "torch.Tensor") -> None:
         """Store the step's keys and values of one layer, tokens in frame order.
@@ -78,6 +89,7 @@ class FrameTxn:
             raise TransactionError(f"cannot {verb}: this step is already {self.state}")
         action(self.plan.generation)
         self.state = state
+        self._cache.finished(self)
 
     def __enter__(self) -> "FrameTxn":
         return self

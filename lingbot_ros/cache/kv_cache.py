@@ -58,6 +58,12 @@ class PagedKVCache:
         self._txn = FrameTxn(self, plan, layout, k_slots, k_slots + self.config.page_size)
         return self._txn
 
+    def finished(self, txn: FrameTxn) -> None:
+        """A step committed or rolled back: drop it (no cache <-> txn reference cycle that
+        would keep gigabytes of storage alive until the garbage collector runs)."""
+        if self._txn is txn:
+            self._txn = None
+
     def current_layout(self) -> PagedKVLayout | None:
         """Layout of what a query would see now (pending step included); None when empty.
 

@@ -22,7 +22,7 @@ from .rope import FrameRope, VideoRope
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..attention.backend import AttentionBackend
-    from ..cache.frame_txn import FrameTxn
+    from ..cache.frame_txn import KVWriter
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -31,13 +31,14 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 class GlobalBlock(Block):
     """A block whose attention runs over the paged KV cache of its layer."""
 
-    def forward_cached(self, x: Tensor, rope: VideoRope, txn: "FrameTxn",
+    def forward_cached(self, x: Tensor, rope: VideoRope, txn: "KVWriter",
                        backend: "AttentionBackend", layer: int, kv_dtype: torch.dtype,
                        debug: Optional[dict] = None) -> Tensor:
         """Args:
             x: (N, C) the step's tokens, frame order (N = frames x tokens per frame).
             rope: 3D rotation for those tokens.
-            txn: the step's cache transaction (K/V of this layer are written to it).
+            txn: where this layer's K/V go: the step's cache transaction (or the static
+                write slots of a CUDA-graph step).
             backend: attention over the visible pages (planned for this step).
             layer: global block index = cache layer.
             kv_dtype: cache storage dtype (q is cast to it as well).
@@ -51,7 +52,7 @@ class GlobalBlock(Block):
         out = self.attn.proj(out.reshape(x.shape[0], -1))  # (N, C)
         if debug is not None:
             debug["global_block0_attn_out"] = out.detach().clone()
-        x = x + self.ls1(out)
+        x = self.ls1.residual(x, out)
         return self.ffn_residual(x)
 
 
@@ -98,16 +99,20 @@ class Aggregator(nn.Module):
         scale_tok = self.scale_token[0, 1 - scale]  # (n, 1, C)
         return torch.cat([camera, registers, scale_tok], dim=1)  # (n, S, C)
 
-    def forward(self, images: Tensor, txn: "FrameTxn", backend: "AttentionBackend",
-                num_scale_frames: int, debug: Optional[dict] = None) -> list[Tensor]:
-        """One streaming step.
+    def forward(self, images: Tensor, first_frame: int, num_scale_frames: int,
+                video_rope: VideoRope, kv_writer: "KVWriter", backend: "AttentionBackend",
+                debug: Optional[dict] = None) -> list[Tensor]:
+        """One streaming step; the backend is already planned for it.
 
         Args:
-            images: (n, 3, H, W) RGB in [0, 1]; n = ``txn.num_frames``.
-            txn: the step's paged-cache transaction (``first_frame`` = time index of frame 0).
-            backend: attention backend over the cache storage; planned here, once.
+            images: (n, 3, H, W) RGB in [0, 1].
+            first_frame: time index of frame 0 of the step; it only picks the special-token
+                variants here (the rotation comes in ``video_rope``).
             num_scale_frames: frames (from the start of the stream) that get the first
                 scale-token variant; the phase-1 size.
+            video_rope: 3D rotation of the step's tokens (``VideoRope.for_frames``).
+            kv_writer: receives each global layer's K/V (the step's ``FrameTxn``).
+            backend: attention backend over the cache storage, planned for this step.
             debug: if a dict, receives intermediates of this step (see ``GCTModel.step``).
         Returns:
             The selected layers, each (n, T, 2C): concat of frame- and global-block outputs.
@@ -115,9 +120,9 @@ class Aggregator(nn.Module):
         n, _, height, width = images.shape
         c = self.config
         grid_hw = (height // self.patch_size, width // self.patch_size)
-        normed = (images - self.image_mean) / self.image_std
+        normed = ((images - self.image_mean) / self.image_std).to(self.dtype)
         patches = self.patch_embed(normed)  # (n, h*w, C)
-        specials = self.special_tokens(txn.first_frame, n, num_scale_frames)  # (n, S, C)
+        specials = self.special_tokens(first_frame, n, num_scale_frames)  # (n, S, C)
         x = torch.cat([specials, patches], dim=1)  # (n, T, C)
         tokens = x.shape[1]
         if debug is not None:
@@ -125,17 +130,14 @@ class Aggregator(nn.Module):
 
         frame_rope = FrameRope.for_grid(grid_hw, c.num_special_tokens, c.head_dim,
                                         c.frame_rope_base, x.device)
-        video_rope = VideoRope.for_frames(txn.first_frame, n, grid_hw, c.num_special_tokens,
-                                          c.video_rope_dims, c.video_rope_theta, x.device)
-        backend.plan(txn.layout)
-
         selected = []
         for i in range(c.depth):
             x = self.frame_blocks[i](x, frame_rope)  # (n, T, C)
             frame_out = x
             block_debug = {} if (debug is not None and i == 0) else None
             x = self.global_blocks[i].forward_cached(  # (n, T, C) -> (n*T, C): one sequence
-                x.reshape(n * tokens, -1), video_rope, txn, backend, i, self.dtype, block_debug)
+                x.reshape(n * tokens, -1), video_rope, kv_writer, backend, i, self.dtype,
+                block_debug)
             x = x.reshape(n, tokens, -1)  # (n*T, C) -> (n, T, C)
             if block_debug is not None:
                 debug["frame_block0_out"] = frame_out.detach().clone()
@@ -147,3 +149,11 @@ class Aggregator(nn.Module):
         if debug is not None:
             debug["aggregator_selected_layers"] = torch.stack(selected).detach().clone()
         return selected
+
+    def video_rope(self, first_frame: int, num_frames: int,
+                   grid_hw: tuple[int, int]) -> VideoRope:
+        """3D rotation of a step of ``num_frames`` frames from time index ``first_frame``."""
+        c = self.config
+        return VideoRope.for_frames(first_frame, num_frames, grid_hw, c.num_special_tokens,
+                                    c.video_rope_dims, c.video_rope_theta,
+                                    self.camera_token.device)

@@ -35,7 +35,8 @@ class CameraBlock(Block):
         q, k, v = self.attn.project_qkv(self.norm1(x))  # (n, h, d) each
         txn.write(iteration, layer, k, v)
         k_all, v_all = txn.visible(iteration, layer)  # (m, h, d), m = cached + n
-        x = x + self.ls1(self.attn.proj(attend(q, k_all, v_all)))
+        out = attend(q, k_all, v_all, txn.visible_mask)  # (n, h*d)
+        x = self.ls1.residual(x, self.attn.proj(out))
         return self.ffn_residual(x)
 
 

@@ -23,13 +23,16 @@ from .aggregator import Aggregator
 from .camera_head import CameraHead
 from .config import GCTConfig
 from .dpt_head import DPTHead, activate_depth, activate_points
+from .layers import Attention
 from .pose import pose_to_c2w, pose_to_intrinsics
 from .step import StepOutputs, StepResult, StepTxn
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..attention.backend import AttentionBackend
-    from ..cache.camera_cache import CameraKVCache
+    from ..cache.camera_cache import CameraCacheTxn, CameraKVCache
+    from ..cache.frame_txn import KVWriter
     from ..cache.kv_cache import PagedKVCache
+    from .rope import VideoRope
 
 DEBUG_KEYS = ("dino_patch_tokens", "frame_block0_out", "global_block0_attn_out",
               "global_block0_out", "aggregator_selected_layers")
@@ -51,9 +54,11 @@ class GCTModel(nn.Module):
         """Move to ``device``; eval mode; set the aggregator precision.
 
         Args:
-            precision: ``fp32``; ``bf16`` (aggregator weights in bfloat16, run under bf16
-                autocast, heads in fp32: the reference demo's setup); ``auto`` = bf16 on CUDA,
-                fp32 elsewhere. With bf16 the KV cache must be ``bfloat16``.
+            precision: ``fp32``; ``bf16`` (aggregator weights and activations in bfloat16,
+                heads in fp32: the reference demo's bf16-autocast setup, with the same
+                float32 islands made explicit: LayerNorm statistics, q/k norms and RoPE);
+                ``auto`` = bf16 on CUDA, fp32 elsewhere. With bf16 the KV cache must be
+                ``bfloat16``.
         """
         device = torch.device(device)
         if precision == "auto":
@@ -63,9 +68,14 @@ class GCTModel(nn.Module):
         self.to(device=device, dtype=torch.float32).eval().requires_grad_(False)
         if precision == "bf16":
             self.aggregator.to(torch.bfloat16)
-            # The normalisation constants stay fp32 (as in the reference).
+            # The normalisation constants stay fp32 (as in the reference), and so do the
+            # q/k norms, which autocast ran in fp32 (``Attention.norm_qk``).
             self.aggregator.image_mean = self.aggregator.image_mean.float()
             self.aggregator.image_std = self.aggregator.image_std.float()
+            for module in self.aggregator.modules():
+                if isinstance(module, Attention) and not isinstance(module.q_norm, nn.Identity):
+                    module.q_norm.float()
+                    module.k_norm.float()
         return self
 
     @property
@@ -117,18 +127,42 @@ class GCTModel(nn.Module):
     def _forward(self, images: Tensor, image_hw: tuple[int, int], txn: StepTxn,
                  backend: "AttentionBackend", num_scale_frames: int, with_depth: bool,
                  with_points: bool, debug: Optional[dict]) -> StepOutputs:
+        grid_hw = self.config.patch_grid(image_hw)
+        video_rope = self.aggregator.video_rope(txn.first_frame, images.shape[0], grid_hw)
+        backend.plan(txn.frame_txn.layout)  # once per step, for every global layer
+        out = self.forward_planned(images, txn.first_frame, num_scale_frames, video_rope,
+                                   txn.frame_txn, txn.camera_txn, backend, with_depth,
+                                   with_points, debug)
+        return StepOutputs(time_index=txn.first_frame, **out)
+
+    def forward_planned(self, images: Tensor, first_frame: int, num_scale_frames: int,
+                        video_rope: "VideoRope", kv_writer: "KVWriter",
+                        camera_txn: "CameraCacheTxn", backend: "AttentionBackend",
+                        with_depth: bool = True, with_points: bool = True,
+                        debug: Optional[dict] = None) -> dict[str, Tensor]:
+        """The step's math once the attention backend is planned.
+
+        Nothing here reads the cache state on the host: the rotation comes in ``video_rope``,
+        K/V go to ``kv_writer``, the camera cache is reached through ``camera_txn``, and
+        ``first_frame`` only picks the special-token variants (identical for every streaming
+        frame). That is what lets ``GraphedStep`` capture it once in a CUDA graph.
+
+        Returns:
+            ``StepOutputs`` fields except ``time_index``.
+        """
+        image_hw = (images.shape[2], images.shape[3])
         device_type = images.device.type
-        low_precision = self.aggregator.dtype != torch.float32
-        with torch.autocast(device_type, dtype=self.aggregator.dtype, enabled=low_precision):
-            layers = self.aggregator(images.float(), txn.frame_txn, backend, num_scale_frames,
-                                     debug)
-        with torch.autocast(device_type, enabled=False):  # heads in float32
+        # No autocast: the aggregator runs in its weights' dtype with explicit float32 islands
+        # (see ``prepare``), which saves the ~1,000 casts per frame autocast would launch.
+        with torch.autocast(device_type, enabled=False):
+            layers = self.aggregator(images.float(), first_frame, num_scale_frames, video_rope,
+                                     kv_writer, backend, debug)
+            # heads in float32
             layers = [t.float() for t in layers]  # each (n, T, 2C)
-            pose_list = self.camera_head(layers[-1][:, 0], txn.camera_txn)
+            pose_list = self.camera_head(layers[-1][:, 0], camera_txn)
             pose_enc = pose_list[-1]  # (n, 9)
             out = dict(pose_enc=pose_enc, pose_enc_list=torch.stack(pose_list),
-                       c2w=pose_to_c2w(pose_enc), intrinsics=pose_to_intrinsics(pose_enc, image_hw),
-                       time_index=txn.first_frame)
+                       c2w=pose_to_c2w(pose_enc), intrinsics=pose_to_intrinsics(pose_enc, image_hw))
             patch_start = self.config.aggregator.num_special_tokens
             if with_depth and self.depth_head is not None:
                 out["depth"], out["depth_conf"] = activate_depth(
@@ -136,7 +170,7 @@ class GCTModel(nn.Module):
             if with_points and self.point_head is not None:
                 out["world_points"], out["world_points_conf"] = activate_points(
                     self.point_head(layers, patch_start, image_hw))
-        return StepOutputs(**out)
+        return out
 
     def _check_step(self, images: Tensor, kv_cache: "PagedKVCache",
                     camera_cache: "CameraKVCache", num_scale_frames: int) -> int:

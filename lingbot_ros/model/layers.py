@@ -37,12 +37,20 @@ class LayerScale(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         return x * self.gamma
 
+    def residual(self, x: Tensor, y: Tensor) -> Tensor:
+        """``x + y * gamma`` in one kernel (rounded once)."""
+        return torch.addcmul(x, y, self.gamma)
+
 
 class Attention(nn.Module):
     """Multi-head attention weights (qkv, optional per-head q/k LayerNorm, proj).
 
     ``forward`` is plain full self-attention over a batch; ``project_qkv`` gives the normed
     per-token heads for callers that attend against a cache (global blocks, camera head).
+
+    Precision (what bf16 autocast did in the reference, without its per-call casts): q and k
+    are normed in float32 (the q/k norm weights stay float32) and stay float32 through RoPE;
+    they meet v's dtype only at the attention kernel.
     """
 
     def __init__(self, dim: int, num_heads: int, qk_norm: bool = False,
@@ -67,10 +75,10 @@ class Attention(nn.Module):
         b, n, c = x.shape
         qkv = self.qkv(x).reshape(b, n, 3, self.num_heads, self.head_dim)  # (B, N, 3, h, d)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # (B, h, N, d) each
-        q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.norm_qk(q, k)
         if rope is not None:
             q, k = rope(q), rope(k)
-        out = F.scaled_dot_product_attention(q, k, v)  # (B, h, N, d)
+        out = F.scaled_dot_product_attention(q.to(v.dtype), k.to(v.dtype), v)  # (B, h, N, d)
         return self.proj(out.transpose(1, 2).reshape(b, n, c))  # (B, N, C)
 
     def project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -83,19 +91,29 @@ class Attention(nn.Module):
         """
         n = x.shape[0]
         q, k, v = self.qkv(x).reshape(n, 3, self.num_heads, self.head_dim).unbind(1)  # (N, h, d)
-        return self.q_norm(q), self.k_norm(k), v
+        return (*self.norm_qk(q, k), v)
+
+    def norm_qk(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """Per-head LayerNorm of q and k in float32 (identity without qk_norm)."""
+        if isinstance(self.q_norm, nn.Identity):
+            return q, k
+        return self.q_norm(q.float()), self.k_norm(k.float())
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+def attend(q: Tensor, k: Tensor, v: Tensor, key_mask: Optional[Tensor] = None) -> Tensor:
     """Non-causal attention of flat queries over flat keys (one sequence).
 
     Args:
         q: (Nq, heads, d); k, v: (Nk, heads, d).
+        key_mask: optional (Nk,) bool, True for keys to attend to (a fixed-size buffer whose
+            tail is not in use yet).
     Returns:
         (Nq, heads * d).
     """
+    mask = None if key_mask is None else key_mask[None, None, None, :]  # (1, 1, 1, Nk)
     out = F.scaled_dot_product_attention(  # (1, h, Nq, d)
-        q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None])
+        q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+        attn_mask=mask)
     return out[0].transpose(0, 1).reshape(q.shape[0], -1)  # (Nq, h * d)
 
 
@@ -114,8 +132,8 @@ class Block(nn.Module):
 
     def forward(self, x: Tensor, rope: Optional[RopeFn] = None) -> Tensor:
         """Args: x (B, N, C); rope as in ``Attention.forward``. Returns (B, N, C)."""
-        x = x + self.ls1(self.attn(self.norm1(x), rope))
+        x = self.ls1.residual(x, self.attn(self.norm1(x), rope))
         return self.ffn_residual(x)
 
     def ffn_residual(self, x: Tensor) -> Tensor:
-        return x + self.ls2(self.mlp(self.norm2(x)))
+        return self.ls2.residual(x, self.mlp(self.norm2(x)))

@@ -24,9 +24,13 @@ import torch
 from torch import Tensor
 
 
-def _rotate_half(x: Tensor) -> Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def _rotate(x: Tensor, cos: Tensor, signed_sin: Tensor, partner: Tensor) -> Tensor:
+    """Any RoPE pairing as ``x * cos + x[..., partner] * signed_sin``: three kernels.
+
+    Channel c pairs with ``partner[c]``; ``signed_sin`` is -sin on the first channel of each
+    pair and +sin on the second, so pair (a, b) becomes (a cos - b sin, b cos + a sin).
+    """
+    return torch.addcmul(x * cos, x.index_select(-1, partner), signed_sin)
 
 
 class FrameRope:
@@ -63,14 +67,16 @@ class FrameRope:
 
     def __call__(self, x: Tensor) -> Tensor:
         """Rotate x: (B, heads, N, head_dim) -> same shape."""
-        y_half, x_half = x.chunk(2, dim=-1)  # (B, h, N, d/2) each
         if x.dtype not in self._cast:
-            self._cast[x.dtype] = tuple(t.to(x.dtype) for t in
-                                        (self.cos_y, self.sin_y, self.cos_x, self.sin_x))
-        cos_y, sin_y, cos_x, sin_x = self._cast[x.dtype]
-        y_half = y_half * cos_y + _rotate_half(y_half) * sin_y
-        x_half = x_half * cos_x + _rotate_half(x_half) * sin_x
-        return torch.cat((y_half, x_half), dim=-1)
+            # Rotate-half inside each half: channel j pairs with j + d/4 (y half, then x half).
+            quarter = self.cos_y.shape[-1] // 2
+            cos = torch.cat([self.cos_y, self.cos_x], dim=-1)  # (N, d)
+            signed_sin = torch.cat([-self.sin_y[:, :quarter], self.sin_y[:, quarter:],
+                                    -self.sin_x[:, :quarter], self.sin_x[:, quarter:]], dim=-1)
+            j = torch.arange(quarter, device=cos.device)
+            partner = torch.cat([j + quarter, j, j + 3 * quarter, j + 2 * quarter])  # (d,)
+            self._cast[x.dtype] = (cos.to(x.dtype), signed_sin.to(x.dtype), partner)
+        return _rotate(x, *self._cast[x.dtype])
 
 
 class VideoRope:
@@ -103,6 +109,19 @@ class VideoRope:
         """
         if first_frame < 0:
             raise ValueError(f"first_frame must be >= 0, got {first_frame}")
+        t_pos = torch.arange(first_frame, first_frame + num_frames, device=device)  # (F,)
+        return VideoRope.for_time_indices(t_pos, grid_hw, num_special, dims, theta)
+
+    @staticmethod
+    def for_time_indices(t_pos: Tensor, grid_hw: tuple[int, int], num_special: int,
+                         dims: tuple[int, int, int], theta: float) -> "VideoRope":
+        """Angles of frames whose time indices are the (F,) integer tensor ``t_pos``.
+
+        The time index is read on the device (no host value), so a CUDA graph that captured
+        this call stays correct when the buffer behind ``t_pos`` is refilled.
+        """
+        device = t_pos.device
+        num_frames = t_pos.numel()
         h, w = grid_hw
         f_freq, y_freq, x_freq = VideoRope.frequencies(dims, theta, device)
         special = torch.arange(num_special, device=device)
@@ -110,7 +129,6 @@ class VideoRope:
         cols = torch.arange(w, device=device).repeat(h)
         y_pos = torch.cat([special, num_special + rows])  # (T,)
         x_pos = torch.cat([special, num_special + cols])
-        t_pos = torch.arange(first_frame, first_frame + num_frames, device=device)  # (F,)
         tokens = y_pos.numel()
         t_ang = torch.outer(t_pos.to(torch.float64), f_freq)  # (F, dt/2)
         t_ang = t_ang[:, None, :].expand(num_frames, tokens, -1)  # (F, T, dt/2)
@@ -124,8 +142,10 @@ class VideoRope:
     def __call__(self, x: Tensor) -> Tensor:
         """Rotate x: (N, heads, head_dim) -> same shape and dtype."""
         if x.dtype not in self._cast:
-            self._cast[x.dtype] = (self.cos.to(x.dtype), self.sin.to(x.dtype))
-        cos, sin = self._cast[x.dtype]  # (N, 1, d/2)
-        x1, x2 = x[..., 0::2], x[..., 1::2]  # (N, h, d/2) each
-        out = torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (N, h, d/2, 2)
-        return out.reshape(x.shape)
+            # Interleaved pairs: channel 2i pairs with 2i + 1.
+            cos = self.cos.repeat_interleave(2, dim=-1)  # (N, 1, d)
+            signed_sin = torch.stack([-self.sin, self.sin], dim=-1).flatten(-2)  # (N, 1, d)
+            d = cos.shape[-1]
+            partner = torch.arange(d, device=cos.device).view(-1, 2).flip(-1).flatten()  # (d,)
+            self._cast[x.dtype] = (cos.to(x.dtype), signed_sin.to(x.dtype), partner)
+        return _rotate(x, *self._cast[x.dtype])

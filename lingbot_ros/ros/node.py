@@ -84,9 +84,9 @@ class LingbotNode(LifecycleNode):
             model, random_weights = load_session_model(
                 settings.session, settings.preset, settings.checkpoint or None,
                 settings.precision)
-            if settings.warmup:
-                warm_up(model, settings.session)
             session = StreamingSession(model, settings.session)
+            if settings.warmup:
+                warm_up(session)
         except Exception as exc:  # a bad checkpoint, no CUDA, no flashinfer...
             self.get_logger().error(f"configure failed: {type(exc).__name__}: {exc}")
             return TransitionCallbackReturn.FAILURE

@@ -37,6 +37,10 @@ PARAMS: tuple[Param, ...] = (
           choices=("torch_ref", "flashinfer")),
     Param("attention.flashinfer_variant", "fa2", "fa2 | fa3 (Hopper) | auto",
           choices=("fa2", "fa3", "auto")),
+    Param("attention.cuda_graphs", True, "replay streaming steps as CUDA graphs (CUDA + "
+          "flashinfer; else eager)"),
+    Param("attention.kv_splits", 4, "flashinfer split-KV parts per attention call (fills the "
+          "GPU; 1 = off)", 1, 8),
     Param("input.width", 518, "model input width, multiple of 14", 14, 4088),
     Param("input.height", 0, "model input height, multiple of 14; 0 = from the aspect", 0, 4088),
     Param("session.num_scale_frames", 8, "anchor frames processed together first", 1, 64),
@@ -85,7 +89,8 @@ _FIELD_PARAMS = {
     "rollover_keyframes": "session.rollover_keyframes", "policy": "keyframes.policy",
     "n": "keyframes.n", "flow_threshold": "keyframes.flow_threshold",
     "max_gap": "keyframes.max_gap", "device": "device", "attention_backend": "attention.backend",
-    "flashinfer_variant": "attention.flashinfer_variant", "image_topic": "topics.image",
+    "flashinfer_variant": "attention.flashinfer_variant",
+    "cuda_graphs": "attention.cuda_graphs", "kv_splits": "attention.kv_splits", "image_topic": "topics.image",
     "camera_info_topic": "topics.camera_info", "map_frame": "frames.map",
     "odom_frame": "frames.odom", "base_frame": "frames.base", "image_qos_depth": "qos.image_depth",
     "queue_size": "queue_size", "points_stride": "publish.points_stride",
@@ -140,7 +145,9 @@ def build_settings(values: dict) -> Settings:
                                         height=v["input.height"] or None),
             with_depth=v["session.with_depth"], return_depth=v["publish.points"],
             attention_backend=v["attention.backend"],
-            flashinfer_variant=v["attention.flashinfer_variant"], device=v["device"])
+            flashinfer_variant=v["attention.flashinfer_variant"],
+            cuda_graphs=v["attention.cuda_graphs"], kv_splits=v["attention.kv_splits"],
+            device=v["device"])
         node = NodeConfig(
             image_topic=v["topics.image"], use_compressed=v["topics.use_compressed"],
             camera_info_topic=v["topics.camera_info"], image_qos=v["qos.image"],

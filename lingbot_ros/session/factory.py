@@ -26,13 +26,15 @@ def open_session(config: SessionConfig, preset: str = "tiny", checkpoint: Option
     return StreamingSession(model, config), random_weights
 
 
-def warm_up(model, config: SessionConfig) -> None:
-    """Stream a few dummy frames through a throwaway session at the configured size, so the
-    first real frame does not pay for allocator growth, kernel selection or FlashInfer's JIT.
-    The caches it allocates are freed with it."""
+def warm_up(session: StreamingSession) -> None:
+    """Stream a few dummy frames through ``session`` at its configured size, then reset it,
+    so the first real frame does not pay for allocator growth, kernel selection, FlashInfer's
+    JIT or the CUDA-graph capture. The session keeps its caches and captured graphs; a camera
+    whose model input size differs (height from the aspect) reallocates on its first frame."""
+    config = session.config
     width = config.preprocess.width
     height = config.preprocess.height or (width * 3 // 4)
-    session = StreamingSession(model, config)
     image = np.full((height, width, 3), 127, np.uint8)
     for i in range(config.num_scale_frames + 2):
         session.push(image, i + 1)
+    session.reset()

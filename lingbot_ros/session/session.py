@@ -31,6 +31,7 @@ from ..attention import make_backend
 from ..cache import CameraKVCache, PagedKVCache
 from ..config import SessionConfig
 from ..preprocess import CropInfo, preprocess
+from .graph_step import GraphedStep
 from .keyframes import make_policy
 from .sim3 import Sim3, reference_alignment
 from .stats import LatencyWindow
@@ -78,6 +79,7 @@ class StreamingSession:
         self._kv: Optional[PagedKVCache] = None  # sized on the first frame (patch grid)
         self._camera: Optional[CameraKVCache] = None
         self._backend = None
+        self._graph: Optional[GraphedStep] = None  # the CUDA-graph fast path, when it applies
         self._model_hw: Optional[tuple[int, int]] = None
         self._latency = LatencyWindow()
         self.reset()
@@ -108,7 +110,11 @@ class StreamingSession:
         return [self._run_streaming_frame(frame)]
 
     def reset(self) -> None:
-        """Forget the stream: caches (kept allocated), trajectory, window, policy, counters."""
+        """Forget the stream: caches (kept allocated), trajectory, window, policy, counters.
+
+        The next frame may have another model input size (then the caches are reallocated).
+        """
+        self._size_locked = False
         if self._kv is not None:
             self._kv.reset()
             self._camera.reset()
@@ -139,6 +145,8 @@ class StreamingSession:
             "startup_latency_frames": self.config.num_scale_frames,
             "window": self._window, "window_keyframes": self._window_keyframes,
             "rollovers": c["rollovers"], "model_hw": self._model_hw,
+            "fast_path": self.fast_path(),
+            "graph_captures": self._graph.captures if self._graph is not None else 0,
             "trajectory_poses": len(self.trajectory),
             "latency_ms": self._latency.summary(),
             "cache": self._kv.info() if self._kv is not None else None,
@@ -161,12 +169,13 @@ class StreamingSession:
         except ValueError as exc:
             raise FrameRejected("bad_image", f"image refused: {exc}") from exc
         hw = crop.output_hw
-        if self._model_hw is None:
+        if self._model_hw is None or (not self._size_locked and hw != self._model_hw):
             self._allocate(hw)
         elif hw != self._model_hw:
             raise FrameRejected("size_changed", f"model input {hw[0]}x{hw[1]} differs from the "
                                 f"stream's {self._model_hw[0]}x{self._model_hw[1]} (the camera "
                                 "changed resolution or aspect); reset the session to switch")
+        self._size_locked = True
         return tensor, crop
 
     def _allocate(self, hw: tuple[int, int]) -> None:
@@ -179,8 +188,23 @@ class StreamingSession:
         self._camera = CameraKVCache(**mcfg.camera_cache_dims(), device=cfg.device,
                                      chunk_frames=cfg.camera_chunk_frames())
         self._backend = make_backend(cfg.attention_backend, self._kv.storage,
-                                     variant=cfg.flashinfer_variant)
+                                     variant=cfg.flashinfer_variant, kv_splits=cfg.kv_splits)
+        self._graph = None
+        if self.fast_path() == "cuda_graph":
+            self._graph = GraphedStep(self.model, self._kv, self._camera, cfg.flashinfer_variant,
+                                      cfg.num_scale_frames, kv_splits=cfg.graph_kv_splits())
         self._model_hw = hw
+
+    def fast_path(self) -> str:
+        """``cuda_graph`` when streaming steps are graph replays, else why they are eager."""
+        cfg = self.config
+        if not cfg.cuda_graphs:
+            return "eager (cuda_graphs off)"
+        if self.device.type != "cuda":
+            return f"eager (device {self.device.type})"
+        if cfg.attention_backend != "flashinfer":
+            return f"eager (attention backend {cfg.attention_backend})"
+        return "cuda_graph"
 
     # -- the two phases --------------------------------------------------------------------
     def _run_scale_phase(self) -> list[FrameResult]:
@@ -221,6 +245,8 @@ class StreamingSession:
         return result
 
     def _step(self, images: torch.Tensor, with_depth: bool):
+        if self._graph is not None and self._graph.accepts(images.shape[0]):
+            return self._graph.step(images, with_depth=with_depth)
         return self.model.step(images, self._kv, self._camera, self._backend,
                                self.config.num_scale_frames, with_depth=with_depth)
 

@@ -1,22 +1,31 @@
 """lingbot-ros-bench: end-to-end streaming speed of the session (what the node runs per frame).
 
-    lingbot-ros-bench --frames 3000 --configs default,iter1,every2,nodepth,518x378 --out bench.json
+    lingbot-ros-bench --frames 3000 --configs default,eager,iter1,every2,nodepth,518x378 \\
+        --parity-frames 200 --profile --out bench.json
 
 Official-size network with random weights (or ``--preset tiny`` for a CPU smoke run), input
-378x504 by default, bf16 aggregator on CUDA, window 64 + 8 scale frames, camera iterations 4.
-Each configuration streams ``--frames`` frames through ``StreamingSession.push`` (the same
-uint8 images the node would pass, cycled) and reports per-frame latency p50/p90/p99, FPS over
-the first and last 10 % of frames, peak and steady GPU memory and the cache state. Prints a
-table and writes JSON. Timings are wall-clock per push (each push ends with its results on the
-host, so they include every device sync).
+378x504 by default, bf16 aggregator on CUDA, window 64 + 8 scale frames, camera iterations 4,
+FlashInfer fa3 attention, streaming steps as CUDA-graph replays. Each configuration streams
+``--frames`` frames through ``StreamingSession.push`` (the uint8 images the node would pass,
+cycled; one untimed warm-up stream first, then a reset, as the node does at configure) and
+reports per-frame latency p50/p90/p99/max, FPS overall and over the first and last 10 % of
+frames, peak and steady GPU memory (sampled every 100 frames) and the cache state. Timings are
+wall-clock per push: each push ends with its results on the host, so they include every sync.
+
+``--parity-frames N``: the fast path (graphs, FlashInfer) against the eager torch_ref path on
+the same N frames: max abs ``pose_enc`` difference and a NaN check.
+``--profile``: where the GPU time of a steady frame goes, by kernel family (torch.profiler).
+Prints a table and writes JSON.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import json
-import statistics
+import re
 import sys
 import time
+from collections import defaultdict
 from dataclasses import replace
 
 import numpy as np
@@ -24,126 +33,240 @@ import torch
 
 from ..config import KeyframeConfig, PreprocessConfig, SessionConfig
 from ..model.presets import preset_config, random_model
+from ..session.factory import warm_up
+from ..session.session import StreamingSession
 
 CONFIGS = {  # name -> overrides of the default setup
     "default": {},
+    "eager": {"cuda_graphs": False},
     "iter1": {"iterations": 1},
     "every2": {"keyframes": KeyframeConfig(policy="every_n", n=2)},
     "nodepth": {"with_depth": False},
     "518x378": {"hw": (378, 518)},
+    "split1": {"kv_splits": 1},  # flashinfer split-KV off / other part counts
+    "split8": {"kv_splits": 8},
 }
+KERNEL_FAMILIES = (  # (family, regex on the kernel name), first match wins
+    ("attention (paged, FlashInfer)", r"Prefill|flashinfer|PersistentKernel|fmha"),
+    ("attention (SDPA)", r"flash_fwd|attention|sdpa|efficient"),
+    ("GEMM", r"gemm|Gemm|cutlass|xmma|nvjet|cublas|matmul|sm90_"),
+    ("convolution", r"conv|Conv|cudnn|implicit|winograd|dgrad|fprop"),
+    ("LayerNorm", r"layer_norm|LayerNorm"),
+    ("copy / cast", r"copy|Copy|cast"),
+)
 
 
 def _percentile(values, q):
     return float(np.percentile(np.asarray(values), q)) if values else None
 
 
-def run_config(name: str, args, device: str) -> dict:
-    over = CONFIGS[name]
+_MODELS: dict = {}  # (preset, iterations, device) -> model: built once per run
+
+
+def _model(args, iterations: int, device: str):
+    key = (args.preset, iterations, device)
+    if key not in _MODELS:
+        mcfg = preset_config(args.preset)
+        mcfg = replace(mcfg, camera_head=replace(mcfg.camera_head, num_iterations=iterations))
+        _MODELS.clear()  # one official-size model on the GPU at a time
+        _MODELS[key] = random_model(mcfg, seed=0).prepare(device, "auto")
+    return _MODELS[key]
+
+
+def _session_config(args, over: dict, device: str, **extra) -> SessionConfig:
     h, w = over.get("hw", (args.height, args.width))
-    mcfg = preset_config(args.preset)
-    mcfg = replace(mcfg, camera_head=replace(mcfg.camera_head,
-                                             num_iterations=over.get("iterations", 4)))
-    model = random_model(mcfg, seed=0).prepare(device, "auto")
-    cfg = SessionConfig(
+    fields = dict(
         num_scale_frames=8, window=64, rollover_keyframes=args.rollover or None,
         keyframes=over.get("keyframes", KeyframeConfig()),
         preprocess=PreprocessConfig(width=w, height=h), with_depth=over.get("with_depth", True),
         return_depth=False, attention_backend=args.backend, flashinfer_variant=args.variant,
+        cuda_graphs=over.get("cuda_graphs", True), kv_splits=over.get("kv_splits", args.kv_splits),
         device=device)
-    from ..session.session import StreamingSession
+    fields.update(extra)
+    return SessionConfig(**fields)
+
+
+def _images(hw, count: int = 8) -> list[np.ndarray]:
     rng = np.random.default_rng(0)
-    images = [(rng.random((h, w, 3)) * 255).astype(np.uint8) for _ in range(8)]
-    warm = StreamingSession(model, cfg)
-    for i in range(12):
-        warm.push(images[i % 8], i + 1)
-    del warm
+    return [(rng.random(hw + (3,)) * 255).astype(np.uint8) for _ in range(count)]
+
+
+def run_config(name: str, args, device: str, frames: int) -> dict:
+    over = CONFIGS[name]
+    cfg = _session_config(args, over, device)
+    h, w = cfg.preprocess.height, cfg.preprocess.width
+    model = _model(args, over.get("iterations", 4), device)
+    images = _images((h, w))
     cuda = device.startswith("cuda")
+    session = StreamingSession(model, cfg)
+    warm_up(session)  # allocation, JIT, graph capture; then reset, as the node does
     if cuda:
         torch.cuda.synchronize()
-        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    session = StreamingSession(model, cfg)
     times, memory = [], []
-    for i in range(args.frames):
+    for i in range(frames):
         t0 = time.perf_counter()
-        session.push(images[i % 8], 1_000 + i * 33_333_333)
+        session.push(images[i % len(images)], 1_000 + i * 33_333_333)
         times.append((time.perf_counter() - t0) * 1e3)
         if cuda and i % 100 == 99:
             memory.append(torch.cuda.memory_allocated() / 2**30)
-    if args.profile:
-        report_profile(session, images, args)
-    streaming = times[8:]  # the first 7 pushes only buffer the anchor frames
+    info = session.info()  # before the profile, which restarts the stream
+    profile = (profile_stages(session, images, args, name) if args.profile and name != "eager"
+               else None)
+    streaming = times[cfg.num_scale_frames:]  # the first pushes only buffer the anchors
     tenth = max(1, len(streaming) // 10)
-    info = session.info()
-    return {
-        "config": name, "frames": args.frames, "input_hw": [h, w],
-        "camera_iterations": over.get("iterations", 4), "keyframes": cfg.keyframes.policy,
+    blocks = [streaming[i:i + 1000] for i in range(0, len(streaming) - 999, 1000)]
+    result = {
+        "config": name, "frames": frames, "input_hw": [h, w],
+        "camera_iterations": model.config.camera_head.num_iterations,
+        "keyframes": cfg.keyframes.policy if cfg.keyframes.policy != "every_n"
+        else f"every_n={cfg.keyframes.n}",
         "with_depth": cfg.with_depth, "backend": args.backend, "variant": args.variant,
+        "kv_splits": cfg.kv_splits,
+        "fast_path": info["fast_path"], "graph_captures": info["graph_captures"],
         "latency_ms": {"p50": _percentile(streaming, 50), "p90": _percentile(streaming, 90),
                        "p99": _percentile(streaming, 99), "max": max(streaming)},
-        "scale_phase_ms": times[7],
+        "scale_phase_ms": times[cfg.num_scale_frames - 1],
         "fps_overall": 1e3 * len(streaming) / sum(streaming),
         "fps_first_10pct": 1e3 * tenth / sum(streaming[:tenth]),
         "fps_last_10pct": 1e3 * tenth / sum(streaming[-tenth:]),
+        "fps_per_1000_frames": [round(1e3 * len(b) / sum(b), 2) for b in blocks],
         "gpu_peak_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
-        "gpu_steady_gib": {"first": memory[0], "last": memory[-1], "max": max(memory)}
+        "gpu_steady_gib": {"first": memory[0], "last": memory[-1], "min": min(memory),
+                           "max": max(memory), "samples_every_100_frames": len(memory)}
         if memory else None,
         "rollovers": info["rollovers"], "keyframes_committed": info["keyframes"],
         "cache": {k: info["cache"][k] for k in ("frames_cached", "special_frames",
                                                 "tokens_visible", "bytes_reserved")},
     }
+    result["last_over_first"] = result["fps_last_10pct"] / result["fps_first_10pct"]
+    if profile is not None:
+        result["gpu_ms_per_frame"] = profile
+    del session
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+    return result
 
 
-def report_profile(session, images, args, frames: int = 20) -> None:
-    """torch.profiler over a few steady-state frames: where the time goes, per op/kernel."""
+def profile_stages(session, images, args, name: str, frames: int = 20) -> dict:
+    """GPU time per steady frame (full window) by kernel family, and the wall time, over
+    ``frames`` pushes. Resets the session."""
     from torch.profiler import ProfilerActivity, profile
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
                                            if torch.cuda.is_available() else [])
+    # A steady frame sees the full window: restart the stream and fill it first (untimed),
+    # well before the next rollover.
+    session.reset()
     stamp = 10**15
+    cfg = session.config
+    for i in range(cfg.num_scale_frames + 2 * cfg.window + 8):
+        session.push(images[i % len(images)], stamp + i)
+    stamp += 10**6
+    t0 = time.perf_counter()
     with profile(activities=activities) as prof:
         for i in range(frames):
             session.push(images[i % len(images)], stamp + i)
-    sort = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
-    table = prof.key_averages().table(sort_by=sort, row_limit=30)
-    path = args.out.rsplit(".", 1)[0] + "_profile.txt"
-    with open(path, "w") as f:
-        f.write(f"{frames} frames\n{table}\n")
-    print(f"profile of {frames} frames -> {path}")
-    args.profile = False  # once per run
+    wall_ms = (time.perf_counter() - t0) * 1e3 / frames
+    families: dict[str, float] = defaultdict(float)
+    for evt in prof.key_averages():
+        if not str(getattr(evt, "device_type", "")).endswith("CUDA"):
+            continue
+        us = getattr(evt, "self_device_time_total", None)
+        if us is None:
+            us = getattr(evt, "self_cuda_time_total", 0.0)
+        family = next((f for f, rx in KERNEL_FAMILIES if re.search(rx, evt.key)), "other")
+        families[family] += us / 1e3 / frames
+    table = prof.key_averages().table(
+        sort_by="self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total",
+        row_limit=40)
+    with open(args.out.rsplit(".", 1)[0] + f"_{name}_profile.txt", "w") as f:
+        f.write(f"{frames} frames (profiler overhead included in wall time)\n{table}\n")
+    out = {k: round(v, 3) for k, v in sorted(families.items(), key=lambda kv: -kv[1])}
+    out["total_gpu"] = round(sum(families.values()), 3)
+    out["wall_under_profiler"] = round(wall_ms, 3)
+    return out
+
+
+def run_parity(args, device: str) -> dict:
+    """Fast path (graphs + FlashInfer) vs the eager torch_ref path on the same frames."""
+    images = _images((args.height, args.width))
+    model = _model(args, 4, device)
+    poses = {}
+    for label, over in (("fast", {}), ("eager_torch_ref", {"cuda_graphs": False})):
+        extra = {"attention_backend": "torch_ref"} if label == "eager_torch_ref" else {}
+        cfg = _session_config(args, over, device, **extra)
+        session = StreamingSession(model, cfg)
+        out = []
+        for i in range(args.parity_frames):
+            out += [r.pose_enc for r in session.push(images[i % len(images)], 1_000 + i)]
+        poses[label] = np.stack(out)
+        poses[label + "_path"] = f"{session.info()['fast_path']}, {cfg.attention_backend}"
+        del session
+        gc.collect()
+    diff = np.abs(poses["fast"] - poses["eager_torch_ref"])
+    return {"frames": args.parity_frames, "fast_path": poses["fast_path"],
+            "reference_path": poses["eager_torch_ref_path"],
+            "pose_enc_max_abs_diff": float(diff.max()),
+            "pose_enc_max_abs_diff_last_frame": float(diff[-1].max()),
+            "nan": bool(np.isnan(poses["fast"]).any() or np.isnan(poses["eager_torch_ref"]).any())}
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="lingbot-ros-bench", description=__doc__.splitlines()[0])
     p.add_argument("--frames", type=int, default=3000)
-    p.add_argument("--configs", default="default", help=f"comma list of {list(CONFIGS)}")
+    p.add_argument("--configs", default="default",
+                   help=f"comma list of {list(CONFIGS)}, each optionally name:frames")
     p.add_argument("--height", type=int, default=378)
     p.add_argument("--width", type=int, default=504)
     p.add_argument("--preset", default="official", choices=("official", "tiny"))
     p.add_argument("--backend", default=None, choices=("torch_ref", "flashinfer"),
                    help="default: flashinfer on CUDA, torch_ref on CPU")
     p.add_argument("--variant", default="fa3", choices=("fa2", "fa3", "auto"))
+    p.add_argument("--kv-splits", type=int, default=4, help="flashinfer split-KV parts")
     p.add_argument("--rollover", type=int, default=320, help="keyframes per window (0: never)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--profile", action="store_true", help="torch.profiler table of 20 frames")
+    p.add_argument("--parity-frames", type=int, default=0,
+                   help="also compare the fast path with eager torch_ref over N frames")
+    p.add_argument("--profile", action="store_true", help="GPU time by kernel family")
     p.add_argument("--out", default="bench.json")
     args = p.parse_args(argv)
     args.backend = args.backend or ("flashinfer" if args.device.startswith("cuda")
                                     else "torch_ref")
-    names = [c.strip() for c in args.configs.split(",") if c.strip()]
-    unknown = [n for n in names if n not in CONFIGS]
-    if unknown:
-        p.error(f"unknown configs {unknown}; choose from {list(CONFIGS)}")
-    report = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda")
-              else "cpu", "torch": torch.__version__, "preset": args.preset, "runs": []}
-    print(f"{'config':<10} {'p50 ms':>8} {'p99 ms':>8} {'FPS':>7} {'FPS 1st10%':>11} "
-          f"{'FPS last10%':>12} {'peak GiB':>9}")
-    for name in names:
-        r = run_config(name, args, args.device)
+    runs = []
+    for item in (c.strip() for c in args.configs.split(",") if c.strip()):
+        name, _, count = item.partition(":")
+        if name not in CONFIGS:
+            p.error(f"unknown config {name!r}; choose from {list(CONFIGS)}")
+        if count and not count.isdigit():
+            p.error(f"bad frame count in {item!r}: use name:frames")
+        runs.append((name, int(count) if count else args.frames))
+    if min(frames for _, frames in runs) < 20:
+        p.error("every configuration needs at least 20 frames")
+    cuda = args.device.startswith("cuda")
+    report = {"device": torch.cuda.get_device_name() if cuda else "cpu",
+              "torch": torch.__version__, "preset": args.preset,
+              "command": "lingbot-ros-bench " + " ".join(sys.argv[1:] if argv is None else argv),
+              "runs": []}
+    if args.parity_frames:  # first: the accuracy of the fast path is the precondition
+        report["parity"] = run_parity(args, args.device)
+        print("parity: " + json.dumps(report["parity"]), flush=True)
+    print(f"{'config':<9} {'path':<11} {'p50 ms':>7} {'p90 ms':>7} {'p99 ms':>7} {'FPS':>6} "
+          f"{'1st 10%':>8} {'last 10%':>9} {'peak GiB':>9} {'steady GiB':>11}")
+    for name, frames in runs:
+        r = run_config(name, args, args.device, frames)
         report["runs"].append(r)
-        print(f"{name:<10} {r['latency_ms']['p50']:>8.2f} {r['latency_ms']['p99']:>8.2f} "
-              f"{r['fps_overall']:>7.1f} {r['fps_first_10pct']:>11.1f} "
-              f"{r['fps_last_10pct']:>12.1f} {r['gpu_peak_gib'] or 0:>9.2f}", flush=True)
+        steady = r["gpu_steady_gib"]
+        lat = r["latency_ms"]
+        print(f"{name:<9} {r['fast_path'][:11]:<11} {lat['p50']:>7.2f} {lat['p90']:>7.2f} "
+              f"{lat['p99']:>7.2f} {r['fps_overall']:>6.1f} {r['fps_first_10pct']:>8.1f} "
+              f"{r['fps_last_10pct']:>9.1f} {r['gpu_peak_gib'] or 0:>9.2f} "
+              f"{(steady or {}).get('max', 0):>11.2f}", flush=True)
+        if "gpu_ms_per_frame" in r:
+            print("   GPU ms per frame: " + ", ".join(f"{k} {v}" for k, v in
+                                                      r["gpu_ms_per_frame"].items()), flush=True)
+        with open(args.out, "w") as f:  # after each config: a crash keeps what was measured
+            json.dump(report, f, indent=2)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2)
     print(f"wrote {args.out}")

@@ -5,8 +5,10 @@
    pure-Python page table alone, and the whole ``PagedKVCache.begin`` (layout and write-slot
    tensors) + commit/rollback.
 2. On a CUDA machine: one global-attention call per layer (978 queries = 972 patches + 6
-   specials, 16 heads x 64, bf16) at full window, for FlashInfer fa2, fa3 and torch_ref,
-   with a short and a long trajectory memory. CUDA-event medians.
+   specials, 16 heads x 64, bf16) at full window, for FlashInfer fa2, fa3 (also split-KV in
+   2-4 parts) and torch_ref, with a short and a long trajectory memory; and, as the bound a
+   contiguous layout could reach, dense SDPA on the same keys already contiguous (flash,
+   cuDNN and memory-efficient kernels). CUDA-event medians.
 
 Prints a table and writes JSON (``--out``). Not a test: numbers, not assertions.
 """
@@ -26,6 +28,9 @@ from ..cache.page_table import PageTable
 from ..config import CacheConfig
 
 GEOMETRY = dict(page_size=972, scale_frames=8, window=64)
+BACKENDS = (  # (report name, flashinfer variant or None for torch_ref, kv_splits)
+    ("fa2", "fa2", 1), ("fa3", "fa3", 1), ("fa3_split2", "fa3", 2), ("fa3_split4", "fa3", 4),
+    ("fa3_split6", "fa3", 6), ("fa3_split8", "fa3", 8), ("torch_ref", None, 1))
 
 
 def _median_us(fn, repeat: int) -> float:
@@ -93,34 +98,64 @@ def bench_attention(frames: int, repeat: int) -> dict:
     expected = reference.run(0, q).float()
     result = {"frames": frames, "num_kv_tokens": txn.layout.num_kv_tokens,
               "num_pages": txn.layout.num_pages}
-    for name, variant in (("fa2", "fa2"), ("fa3", "fa3"), ("torch_ref", None)):
+    for name, variant, splits in BACKENDS:
         backend = (make_backend("torch_ref", cache.storage) if variant is None
-                   else make_backend("flashinfer", cache.storage, variant=variant))
+                   else make_backend("flashinfer", cache.storage, variant=variant,
+                                     kv_splits=splits))
         t0 = time.perf_counter()
         backend.plan(txn.layout)
         backend.run(0, q)  # first run JIT-compiles FlashInfer kernels
         torch.cuda.synchronize()
         first_s = time.perf_counter() - t0
         plan_us = _median_us(lambda: backend.plan(txn.layout), 50)
-        times = []
-        for _ in range(repeat):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            backend.run(0, q)
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
         out = backend.run(0, q).float()
-        result[name] = {"run_ms_median": statistics.median(times), "plan_us_median": plan_us,
+        result[name] = {"run_ms_median": _median_ms(lambda: backend.run(0, q), repeat),
+                        "plan_us_median": plan_us,
                         "first_call_s": first_s, "has_nan": bool(out.isnan().any()),
                         "rel_err_vs_torch_ref": ((out - expected).norm() / expected.norm()).item()}
+    result["dense_sdpa"] = bench_dense_sdpa(q, reference, cache, repeat)
     txn.rollback()
     return result
+
+
+def _median_ms(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def bench_dense_sdpa(q, reference, cache, repeat: int) -> dict:
+    """SDPA kernels on the same keys gathered once into contiguous (1, heads, N, dim)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    flat = cache.storage.layer_tokens(0)
+    k = flat.index_select(0, reference._k_rows).transpose(0, 1)[None].contiguous()
+    v = flat.index_select(0, reference._v_rows).transpose(0, 1)[None].contiguous()
+    qh = q.transpose(0, 1)[None].contiguous()
+    out = {}
+    for name, kernel in (("flash", SDPBackend.FLASH_ATTENTION),
+                         ("cudnn", SDPBackend.CUDNN_ATTENTION),
+                         ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
+        try:
+            with sdpa_kernel([kernel]):
+                torch.nn.functional.scaled_dot_product_attention(qh, k, v)
+                out[name] = _median_ms(
+                    lambda: torch.nn.functional.scaled_dot_product_attention(qh, k, v), repeat)
+        except RuntimeError as exc:  # a kernel this build or GPU does not have
+            out[name] = f"unavailable: {str(exc).splitlines()[0][:120]}"
+    return out
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="lingbot-ros-bench-cache", description=__doc__.splitlines()[0])
     p.add_argument("--repeat", type=int, default=2000, help="timed repetitions (default 2000)")
+    p.add_argument("--frames", default="72,400,3000",
+                   help="trajectory lengths of the attention timings (comma list)")
     p.add_argument("--out", default="bench_cache.json", help="JSON output path")
     args = p.parse_args(argv)
     report = {"torch": torch.__version__, "bookkeeping": bench_bookkeeping(args.repeat)}
@@ -129,15 +164,18 @@ def main(argv=None) -> int:
     if torch.cuda.is_available():
         report["gpu"] = torch.cuda.get_device_name()
         report["attention"] = [bench_attention(frames, min(args.repeat, 500))
-                               for frames in (72, 400, 3000)]
+                               for frames in map(int, args.frames.split(","))]
         for row in report["attention"]:
             print(f"attention @ {row['frames']} frames ({row['num_kv_tokens']} keys, "
                   f"{row['num_pages']} pages):")
-            for name in ("fa2", "fa3", "torch_ref"):
+            for name, _, _ in BACKENDS:
                 r = row[name]
                 print(f"  {name:<10} {r['run_ms_median']:7.3f} ms/call   plan "
                       f"{r['plan_us_median']:7.1f} us   rel err {r['rel_err_vs_torch_ref']:.1e}"
                       f"{'  NaN!' if r['has_nan'] else ''}")
+            print("  dense SDPA on contiguous K/V: " + ", ".join(
+                f"{k} {v if isinstance(v, str) else f'{v:.3f} ms'}"
+                for k, v in row["dense_sdpa"].items()))
     else:
         print("no CUDA device: attention timings skipped (run on a GPU machine)")
     with open(args.out, "w") as f:

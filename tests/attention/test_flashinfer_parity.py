@@ -2,7 +2,8 @@
 
 Page sizes 972 (378x504) and 999 (378x518), the full window (8 scale + 64 window frames),
 a partial last special page, a full last special page, right after a rollback, and the
-multi-frame scale-frame phase.
+multi-frame scale-frame phase; split-KV (2-4 parts, merged by log-sum-exp), eager and in
+CUDA-graph mode.
 """
 import math
 
@@ -32,7 +33,7 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
-def _compare(cache, txn, variants):
+def _compare(cache, txn, variants, splits=1, graph_tokens=None):
     ref = make_backend("torch_ref", cache.storage)
     ref.plan(txn.layout)
     cfg = cache.config
@@ -40,7 +41,8 @@ def _compare(cache, txn, variants):
                     device="cuda", dtype=torch.bfloat16)
     errors = {}
     for variant in variants:
-        fi = make_backend("flashinfer", cache.storage, variant=variant)
+        fi = make_backend("flashinfer", cache.storage, variant=variant, kv_splits=splits,
+                          graph_query_tokens=graph_tokens)
         fi.plan(txn.layout)
         for layer in range(cfg.num_layers):
             out = fi.run(layer, q)
@@ -93,3 +95,30 @@ def test_flashinfer_scale_frame_phase_multi_frame_step():
     assert txn.layout.num_query_tokens == 8 * 978
     _compare(cache, txn, ["fa2", "fa3"])
     txn.commit()
+
+
+@pytest.mark.parametrize("splits", [2, 3, 4])
+@pytest.mark.parametrize("graph", [False, True])
+def test_split_kv_matches_torch_ref(splits, graph):
+    cfg = CacheConfig(num_layers=2, num_heads=16, head_dim=64, page_size=972,
+                      scale_frames=8, window=64, dtype="bfloat16", device="cuda")
+    cache = PagedKVCache(cfg)
+    fill = RecordingFiller(cache, seed=3)
+    fill.push(n=8)
+    for i in range(75):
+        fill.push(keep=i % 3 != 0)
+    txn, _ = fill.begin(1)
+    _compare(cache, txn, ["fa2", "fa3"], splits=splits,
+             graph_tokens=txn.layout.num_query_tokens if graph else None)
+    txn.rollback()
+
+
+def test_a_graph_backend_refuses_a_step_of_another_size():
+    cfg = CacheConfig(num_layers=1, num_heads=16, head_dim=64, page_size=972,
+                      scale_frames=8, window=64, dtype="bfloat16", device="cuda")
+    cache = PagedKVCache(cfg)
+    txn, _ = RecordingFiller(cache, seed=4).begin(8)
+    fi = make_backend("flashinfer", cache.storage, variant="fa3", graph_query_tokens=978)
+    with pytest.raises(ValueError, match="query tokens"):
+        fi.plan(txn.layout)
+    txn.rollback()

@@ -110,3 +110,28 @@ def test_depth_head_off_still_gives_poses():
     s = session(with_depth=False, rollover_keyframes=None)
     out = run(s, frames(4))
     assert out[-1].depth is None and np.isfinite(out[-1].c2w).all()
+
+
+def test_a_dropped_session_frees_its_caches_without_the_garbage_collector():
+    # Reference cycles would keep the KV pool (gigabytes on a GPU) alive until a gc pass.
+    import gc
+    import weakref
+    gc.collect()
+    gc.disable()
+    try:
+        s = session(keyframes=KeyframeConfig(policy="every_n", n=2))
+        run(s, frames(6))
+        storage, camera = weakref.ref(s._kv.storage), weakref.ref(s._camera)
+        del s
+        assert storage() is None and camera() is None
+    finally:
+        gc.enable()
+
+
+def test_a_reset_lets_the_next_stream_have_another_size():
+    s = session(preprocess=PreprocessConfig(width=56, max_height=56))
+    run(s, frames(3))  # 60x80 -> 42x56
+    s.reset()
+    out = run(s, frames(3, hw=(60, 60)))  # -> 56x56: a new allocation, no rejection
+    assert s.info()["model_hw"] == (56, 56) and len(out) == 3
+    assert s.info()["frames_rejected"] == 0

@@ -1,0 +1,43 @@
+"""bf16 precision without autocast: activations in bf16, float32 islands where the reference
+(under bf16 autocast) had them, heads in float32; tracks the float32 network closely."""
+import torch
+
+from lingbot_ros.attention import make_backend
+from lingbot_ros.cache import CameraKVCache, PagedKVCache
+from lingbot_ros.model.layers import Attention
+from tests.session.micro_model import micro_model
+
+HW, NSF = (42, 56), 2
+
+
+def stream(model, images, dtype):
+    cache = PagedKVCache(model.config.cache_config(HW, NSF, 3, dtype=dtype))
+    camera = CameraKVCache(**model.config.camera_cache_dims())
+    backend = make_backend("torch_ref", cache.storage)
+    poses, debug = [], {}
+    for start in [0] + list(range(NSF, images.shape[0])):
+        n = NSF if start == 0 else 1
+        out, txn = model.step(images[start:start + n], cache, camera, backend, NSF,
+                              debug=debug if start == 0 else None)
+        txn.commit()
+        poses.append(out.pose_enc)
+    return torch.cat(poses), debug, cache
+
+
+def test_bf16_aggregator_keeps_float32_islands_and_tracks_float32():
+    torch.manual_seed(0)
+    images = torch.rand(8, 3, *HW)
+    fp32 = micro_model()
+    bf16 = micro_model().prepare("cpu", "bf16")
+    assert bf16.kv_dtype == torch.bfloat16
+    qk_normed = [m for m in bf16.aggregator.modules()
+                 if isinstance(m, Attention) and isinstance(m.q_norm, torch.nn.LayerNorm)]
+    assert qk_normed and all(m.q_norm.weight.dtype == torch.float32 for m in qk_normed)
+    assert bf16.camera_head.token_norm.weight.dtype == torch.float32
+    ref, _, _ = stream(fp32, images, "float32")
+    low, debug, cache = stream(bf16, images, "bfloat16")
+    assert debug["global_block0_out"].dtype == torch.bfloat16  # activations: no fp32 leak
+    assert debug["aggregator_selected_layers"].dtype == torch.bfloat16
+    assert cache.storage.dtype == torch.bfloat16
+    assert low.dtype == torch.float32 and torch.isfinite(low).all()
+    assert (low - ref).abs().max() < 5e-2

@@ -1,0 +1,182 @@
+"""GraphedStep: the CUDA-graph fast path of streaming steps.
+
+CPU: the graph's body (everything read from static buffers, camera attention over the whole
+cache capacity with a mask) reproduces eager steps, commit and rollback included.
+GPU (marked, run on the device machine): captured replays in a real session agree with the
+eager session, survive resets and rollovers, and are recaptured when the caches grow.
+"""
+import numpy as np
+import pytest
+import torch
+
+from lingbot_ros.attention import make_backend
+from lingbot_ros.cache import CameraKVCache, PagedKVCache
+from lingbot_ros.config import KeyframeConfig, PreprocessConfig, SessionConfig
+from lingbot_ros.model.presets import preset_config, random_model
+from lingbot_ros.session.graph_step import GraphedStep
+from lingbot_ros.session.session import StreamingSession
+from tests.session.micro_model import micro_model
+
+NSF, WINDOW, HW = 2, 3, (42, 56)
+OUTPUT_KEYS = ("pose_enc", "pose_enc_list", "c2w", "intrinsics", "depth", "depth_conf")
+
+
+def stream_caches(model):
+    cache = PagedKVCache(model.config.cache_config(HW, NSF, WINDOW, special_chunk_frames=2))
+    camera = CameraKVCache(**model.config.camera_cache_dims(), chunk_frames=4)
+    return cache, camera, make_backend("torch_ref", cache.storage)
+
+
+def test_the_graph_body_reproduces_eager_steps_with_commit_and_rollback():
+    model = micro_model()
+    torch.manual_seed(1)
+    images = torch.rand(24, 3, *HW)
+    cache_a, camera_a, backend_a = stream_caches(model)
+    cache_b, camera_b, backend_b = stream_caches(model)
+    graphed = GraphedStep(model, cache_b, camera_b, "fa2", NSF, capture=False,
+                          backend="torch_ref")
+    assert not graphed.accepts(1)  # the anchors are not in the cache yet
+    for cache, camera, backend in ((cache_a, camera_a, backend_a), (cache_b, camera_b, backend_b)):
+        model.step(images[:NSF], cache, camera, backend, NSF).txn.commit()
+    with pytest.raises(ValueError, match="single-frame"):
+        graphed.step(images[:2])
+    for i in range(NSF, images.shape[0]):
+        out_a, txn_a = model.step(images[i:i + 1], cache_a, camera_a, backend_a, NSF)
+        assert graphed.accepts(1)
+        out_b, txn_b = graphed.step(images[i:i + 1])
+        assert out_b.time_index == out_a.time_index
+        for key in OUTPUT_KEYS:
+            torch.testing.assert_close(getattr(out_b, key), getattr(out_a, key), atol=1e-5,
+                                       rtol=1e-5, msg=f"frame {i}: {key}")
+        if i % 3 == 0:  # non-keyframes: the body's writes must vanish with the rollback
+            txn_a.rollback()
+            txn_b.rollback()
+        else:
+            txn_a.commit()
+            txn_b.commit()
+    # Both caches hold the same frames; the camera cache grew past its first chunk, so the
+    # masked full-capacity reads were exercised with unused (and rolled-back) rows present.
+    assert cache_a.info() == cache_b.info() and camera_a.num_frames == camera_b.num_frames
+    assert camera_b.capacity > 4 and camera_b.num_frames > 4
+    rows = cache_a.current_layout().token_slots()
+    for layer in range(cache_a.config.num_layers):
+        torch.testing.assert_close(cache_b.storage.layer_tokens(layer)[rows],
+                                   cache_a.storage.layer_tokens(layer)[rows])
+    for it in range(camera_a.num_iterations):
+        for layer in range(camera_a.num_layers):
+            for a, b in zip(camera_a.keys_values(it, layer), camera_b.keys_values(it, layer)):
+                torch.testing.assert_close(b, a)
+
+
+def test_a_failed_graph_step_rolls_both_caches_back():
+    model = micro_model()
+    cache, camera, backend = stream_caches(model)
+    model.step(torch.rand(NSF, 3, *HW), cache, camera, backend, NSF).txn.commit()
+    graphed = GraphedStep(model, cache, camera, "fa2", NSF, capture=False, backend="torch_ref")
+    def state():  # what the next step sees (the seen/rolled-back counters do move)
+        info = cache.info()
+        return ({k: v for k, v in info.items() if k not in ("frames_seen", "frames_rolled_back")},
+                camera.num_frames, cache.current_layout().kv_indices.tolist())
+    before = state()
+    with pytest.raises(ValueError, match="patches"):
+        graphed.step(torch.rand(1, 3, 28, 28))  # another size than the cache's pages
+    assert state() == before
+
+    def failing_kernel(layer, q):
+        raise RuntimeError("kernel failed")
+    graphed.backend.run = failing_kernel  # a failure in the middle of the body
+    with pytest.raises(RuntimeError, match="kernel failed"):
+        graphed.step(torch.rand(1, 3, *HW))
+    assert state() == before
+    assert cache.pending is None and camera.pending is None
+    model.step(torch.rand(1, 3, *HW), cache, camera, backend, NSF).txn.commit()  # goes on
+
+
+def test_sessions_say_which_path_they_run():
+    model = micro_model()
+
+    def path(**kw):
+        return StreamingSession(model, SessionConfig(**kw)).fast_path()
+    assert path() == "eager (device cpu)"
+    assert path(cuda_graphs=False) == "eager (cuda_graphs off)"
+    if torch.cuda.is_available():
+        assert path(device="cuda") == "eager (attention backend torch_ref)"
+        assert path(device="cuda", attention_backend="flashinfer") == "cuda_graph"
+
+
+def test_torch_ref_cannot_be_built_for_a_graph():
+    cache, _, _ = stream_caches(micro_model())
+    with pytest.raises(ValueError, match="CUDA graph"):
+        make_backend("torch_ref", cache.storage, graph_query_tokens=10)
+
+
+# -- GPU ----------------------------------------------------------------------------------------
+try:
+    import flashinfer  # noqa: F401
+    HAVE_FLASHINFER = True
+except ImportError:
+    HAVE_FLASHINFER = False
+
+
+
+def gpu(test):
+    """Marked ``gpu``; skipped without CUDA or flashinfer (CI), run on the device machine."""
+    test = pytest.mark.skipif(not HAVE_FLASHINFER, reason="needs flashinfer")(test)
+    test = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")(test)
+    return pytest.mark.gpu(test)
+
+
+def run_session(model, images, cuda_graphs, variant, **kw):
+    cfg = SessionConfig(num_scale_frames=NSF, window=WINDOW, preprocess=PreprocessConfig(
+        width=HW[1], height=HW[0]), attention_backend="flashinfer", flashinfer_variant=variant,
+        cuda_graphs=cuda_graphs, device="cuda", **kw)
+    session = StreamingSession(model, cfg)
+    results = []
+    for i, image in enumerate(images):
+        results += session.push(image, 1_000 + i)
+    return session, results
+
+
+def gpu_frames(n):
+    rng = np.random.default_rng(0)
+    return [(rng.random(HW + (3,)) * 255).astype(np.uint8) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def tiny_bf16():
+    return random_model(preset_config("tiny"), seed=0).prepare("cuda", "bf16")
+
+
+@gpu
+@pytest.mark.parametrize("variant", ["fa2", "fa3"])
+def test_graph_replays_match_the_eager_session_through_rollovers_and_resets(tiny_bf16, variant):
+    images = gpu_frames(70)
+    kw = dict(rollover_keyframes=10, keyframes=KeyframeConfig(policy="every_n", n=2))
+    graph_s, graph_r = run_session(tiny_bf16, images, True, variant, **kw)
+    eager_s, eager_r = run_session(tiny_bf16, images, False, variant, **kw)
+    info = graph_s.info()
+    assert info["fast_path"] == "cuda_graph" and eager_s.info()["fast_path"].startswith("eager")
+    assert info["rollovers"] >= 4 and info["graph_captures"] == 1  # rollovers reuse the graph
+    assert [r.keyframe for r in graph_r] == [r.keyframe for r in eager_r]
+    diff = max(np.abs(g.pose_enc - e.pose_enc).max() for g, e in zip(graph_r, eager_r))
+    assert np.isfinite([r.pose_enc for r in graph_r]).all() and diff < 1e-2
+    depth = max(np.abs(g.depth - e.depth).max() / np.abs(e.depth).max()
+                for g, e in zip(graph_r, eager_r))
+    assert depth < 2e-2
+    graph_s.reset()  # a reset keeps the caches, so the captured graph stays valid
+    again = [r for i, image in enumerate(images[:12]) for r in graph_s.push(image, 10_000 + i)]
+    assert graph_s.info()["graph_captures"] == 1
+    assert max(np.abs(a.pose_enc - g.pose_enc).max() for a, g in zip(again, graph_r)) < 1e-2
+
+
+@gpu
+def test_a_growing_cache_is_recaptured(tiny_bf16):
+    # One endless window: the camera-head cache grows by a chunk at 256 frames, which moves
+    # the captured addresses; the step must notice and capture again, and stay correct.
+    images = gpu_frames(8)
+    cycle = [images[i % 8] for i in range(270)]
+    graph_s, graph_r = run_session(tiny_bf16, cycle, True, "fa3", rollover_keyframes=None)
+    _, eager_r = run_session(tiny_bf16, cycle, False, "fa3", rollover_keyframes=None)
+    assert graph_s.info()["graph_captures"] == 2
+    diff = max(np.abs(g.pose_enc - e.pose_enc).max() for g, e in zip(graph_r, eager_r))
+    assert diff < 1e-2
