@@ -197,7 +197,7 @@ class KeyframeConfig:
 
 # --- Streaming session (one camera stream) ---------------------------------------------------
 
-ATTENTION_BACKENDS = ("torch_ref", "flashinfer")
+ATTENTION_BACKENDS = ("auto", "torch_ref", "flashinfer")
 FLASHINFER_VARIANTS = ("fa2", "fa3", "auto")
 
 
@@ -220,8 +220,8 @@ class SessionConfig:
     preprocess: PreprocessConfig = PreprocessConfig()
     with_depth: bool = True  # run the depth head on every frame (else only when needed)
     return_depth: bool = True  # copy depth, confidence and the model image into results
-    attention_backend: str = "torch_ref"  # torch_ref (CPU/GPU) | flashinfer (CUDA)
-    flashinfer_variant: str = "fa2"  # fa2 | fa3 (Hopper) | auto
+    attention_backend: str = "auto"  # auto (flashinfer on CUDA if installed) | torch_ref | flashinfer
+    flashinfer_variant: str = "auto"  # auto (fa3 on Hopper, else fa2) | fa2 | fa3
     cuda_graphs: bool = True  # replay streaming steps as CUDA graphs (CUDA + flashinfer only)
     kv_splits: int = 4  # flashinfer split-KV parts per attention call (at most num_scale_frames + 2)
     device: str = "cpu"  # torch device of the model and caches

@@ -1,11 +1,28 @@
 """Attention backends over the paged KV cache: ``torch_ref`` (oracle) and ``flashinfer``."""
 from __future__ import annotations
 
+import torch
+
 from ..cache.storage import KVStorage
 from .backend import AttentionBackend
 from .torch_ref import TorchRefBackend
 
 BACKENDS = ("torch_ref", "flashinfer")
+
+
+def choose_backend(name: str, device: torch.device, dtype: torch.dtype) -> tuple[str, str]:
+    """The backend ``name`` stands for, and why: ``auto`` picks flashinfer on CUDA with a
+    bf16/fp16 cache when the package is installed, else torch_ref."""
+    if name != "auto":
+        return name, "configured"
+    if device.type != "cuda":
+        return "torch_ref", f"auto: device {device.type}"
+    if dtype not in (torch.bfloat16, torch.float16):
+        return "torch_ref", f"auto: {str(dtype).replace('torch.', '')} cache (flashinfer needs bf16)"
+    from .flashinfer_paged import flashinfer_available
+    if not flashinfer_available():
+        return "torch_ref", "auto: flashinfer not installed (pip install -e '.[gpu]')"
+    return "flashinfer", "auto: CUDA + flashinfer"
 
 
 def make_backend(name: str, storage: KVStorage, variant: str = "fa2",
@@ -29,4 +46,4 @@ def make_backend(name: str, storage: KVStorage, variant: str = "fa2",
     raise ValueError(f"unknown attention backend {name!r}; choose one of {BACKENDS}")
 
 
-__all__ = ["AttentionBackend", "TorchRefBackend", "make_backend", "BACKENDS"]
+__all__ = ["AttentionBackend", "TorchRefBackend", "make_backend", "choose_backend", "BACKENDS"]

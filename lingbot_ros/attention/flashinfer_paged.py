@@ -19,6 +19,8 @@ S times more tiles, the same arithmetic, one small merge per layer.
 """
 from __future__ import annotations
 
+import importlib.util
+
 import torch
 
 from ..cache.layout import PagedKVLayout
@@ -27,6 +29,18 @@ from ..cache.storage import KVStorage
 VARIANTS = ("fa2", "fa3", "auto")
 WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's recommended split-k workspace
 MAX_GRAPH_PAGES = 1 << 16  # page-index buffer of a CUDA-graph wrapper (256 KiB)
+
+
+def flashinfer_available() -> bool:
+    """Whether the flashinfer package is installed (without importing it)."""
+    return importlib.util.find_spec("flashinfer") is not None
+
+
+def resolve_variant(variant: str, device: torch.device) -> str:
+    """``auto`` -> fa3 on Hopper (sm90, where it is measured and parity-tested), else fa2."""
+    if variant != "auto":
+        return variant
+    return "fa3" if torch.cuda.get_device_capability(device)[0] == 9 else "fa2"
 
 
 def _import_flashinfer():
@@ -52,6 +66,7 @@ class FlashInferPagedBackend:
         if storage.dtype not in (torch.bfloat16, torch.float16):
             raise ValueError(f"attention backend 'flashinfer' needs a bfloat16 or float16 cache, "
                              f"got {storage.dtype}; use torch_ref for float32")
+        variant = resolve_variant(variant, storage.device)
         if variant == "fa3" and torch.cuda.get_device_capability(storage.device)[0] < 9:
             raise RuntimeError("flashinfer variant 'fa3' needs a Hopper GPU (sm90); use 'fa2'")
         if not isinstance(kv_splits, int) or not 1 <= kv_splits <= 16:

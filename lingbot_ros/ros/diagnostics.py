@@ -42,6 +42,7 @@ def build(stamp, name: str, hardware_id: str, counters: dict, rates: dict,
         values += [_kv("phase", session_info["phase"]), _kv("window", session_info["window"]),
                    _kv("rollovers", session_info["rollovers"]),
                    _kv("keyframes", session_info["keyframes"]),
+                   _kv("attention", session_info["attention"]),
                    _kv("fast_path", session_info["fast_path"]),
                    _kv("graph_captures", session_info["graph_captures"])]
         cache = session_info.get("cache")

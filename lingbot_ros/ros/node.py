@@ -105,7 +105,8 @@ class LingbotNode(LifecycleNode):
             return TransitionCallbackReturn.FAILURE
         self.get_logger().info(
             f"configured: {'checkpoint ' + settings.checkpoint if settings.checkpoint else 'random ' + settings.preset} "
-            f"on {settings.session.device}, attention {settings.session.attention_backend}, "
+            f"on {settings.session.device}, attention {self.info_snapshot['attention']} "
+            f"({self.info_snapshot['fast_path']}), "
             f"{settings.session.num_scale_frames} anchor frames, window {settings.session.window}")
         return TransitionCallbackReturn.SUCCESS
 

@@ -33,10 +33,10 @@ PARAMS: tuple[Param, ...] = (
     Param("device", "cpu", "torch device: cpu | cuda | cuda:N"),
     Param("precision", "auto", "auto (bf16 aggregator on CUDA) | fp32 | bf16",
           choices=("auto", "fp32", "bf16")),
-    Param("attention.backend", "torch_ref", "torch_ref | flashinfer (CUDA)",
-          choices=("torch_ref", "flashinfer")),
-    Param("attention.flashinfer_variant", "fa2", "fa2 | fa3 (Hopper) | auto",
-          choices=("fa2", "fa3", "auto")),
+    Param("attention.backend", "auto", "auto (flashinfer on CUDA when installed) | torch_ref | "
+          "flashinfer", choices=("auto", "torch_ref", "flashinfer")),
+    Param("attention.flashinfer_variant", "auto", "auto (fa3 on Hopper, else fa2) | fa2 | fa3",
+          choices=("auto", "fa2", "fa3")),
     Param("attention.cuda_graphs", True, "replay streaming steps as CUDA graphs (CUDA + "
           "flashinfer; else eager)"),
     Param("attention.kv_splits", 4, "flashinfer split-KV parts per attention call (fills the "

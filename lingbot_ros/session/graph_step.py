@@ -34,6 +34,10 @@ from ..model.rope import VideoRope
 from ..model.step import StepOutputs, StepResult, StepTxn
 
 
+class GraphCaptureError(RuntimeError):
+    """Capturing the step failed; the step was rolled back and eager steps still work."""
+
+
 class _StaticSlots:
     """KV writer of a graphed step: the rows come from static buffers, not the transaction."""
 
@@ -159,7 +163,11 @@ class GraphedStep:
         if captured is not None and captured.key == self._key():
             return captured
         self._graphs.pop(with_depth, None)  # its memory returns to the pool first
-        captured = self._capture(with_depth, first_frame)
+        try:
+            captured = self._capture(with_depth, first_frame)
+        except Exception as exc:
+            raise GraphCaptureError(f"CUDA-graph capture failed: {type(exc).__name__}: "
+                                    f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc
         self._graphs[with_depth] = captured
         return captured
 

@@ -27,11 +27,11 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..attention import make_backend
+from ..attention import choose_backend, make_backend
 from ..cache import CameraKVCache, PagedKVCache
 from ..config import SessionConfig
 from ..preprocess import CropInfo, preprocess
-from .graph_step import GraphedStep
+from .graph_step import GraphCaptureError, GraphedStep
 from .keyframes import make_policy
 from .sim3 import Sim3, reference_alignment
 from .stats import LatencyWindow
@@ -80,6 +80,7 @@ class StreamingSession:
         self._camera: Optional[CameraKVCache] = None
         self._backend = None
         self._graph: Optional[GraphedStep] = None  # the CUDA-graph fast path, when it applies
+        self._graph_failure: Optional[str] = None  # why capturing failed (then eager for good)
         self._model_hw: Optional[tuple[int, int]] = None
         self._latency = LatencyWindow()
         self.reset()
@@ -145,8 +146,11 @@ class StreamingSession:
             "startup_latency_frames": self.config.num_scale_frames,
             "window": self._window, "window_keyframes": self._window_keyframes,
             "rollovers": c["rollovers"], "model_hw": self._model_hw,
+            "attention": self._backend.name if self._backend is not None else
+            self._attention_choice()[0],
             "fast_path": self.fast_path(),
             "graph_captures": self._graph.captures if self._graph is not None else 0,
+            "graph_capture_failures": c["graph_capture_failures"],
             "trajectory_poses": len(self.trajectory),
             "latency_ms": self._latency.summary(),
             "cache": self._kv.info() if self._kv is not None else None,
@@ -187,7 +191,7 @@ class StreamingSession:
         self._kv = PagedKVCache(cache_cfg)
         self._camera = CameraKVCache(**mcfg.camera_cache_dims(), device=cfg.device,
                                      chunk_frames=cfg.camera_chunk_frames())
-        self._backend = make_backend(cfg.attention_backend, self._kv.storage,
+        self._backend = make_backend(self._attention_choice()[0], self._kv.storage,
                                      variant=cfg.flashinfer_variant, kv_splits=cfg.kv_splits)
         self._graph = None
         if self.fast_path() == "cuda_graph":
@@ -198,13 +202,19 @@ class StreamingSession:
     def fast_path(self) -> str:
         """``cuda_graph`` when streaming steps are graph replays, else why they are eager."""
         cfg = self.config
+        if self._graph_failure is not None:
+            return f"eager ({self._graph_failure})"
         if not cfg.cuda_graphs:
             return "eager (cuda_graphs off)"
         if self.device.type != "cuda":
             return f"eager (device {self.device.type})"
-        if cfg.attention_backend != "flashinfer":
-            return f"eager (attention backend {cfg.attention_backend})"
+        backend, why = self._attention_choice()
+        if backend != "flashinfer":
+            return f"eager (attention backend {backend}; {why})"
         return "cuda_graph"
+
+    def _attention_choice(self) -> tuple[str, str]:
+        return choose_backend(self.config.attention_backend, self.device, self.model.kv_dtype)
 
     # -- the two phases --------------------------------------------------------------------
     def _run_scale_phase(self) -> list[FrameResult]:
@@ -246,7 +256,13 @@ class StreamingSession:
 
     def _step(self, images: torch.Tensor, with_depth: bool):
         if self._graph is not None and self._graph.accepts(images.shape[0]):
-            return self._graph.step(images, with_depth=with_depth)
+            try:
+                return self._graph.step(images, with_depth=with_depth)
+            except GraphCaptureError as exc:
+                # The step was rolled back; go on eagerly for the rest of the session, and
+                # say why in info()["fast_path"] rather than fail every frame.
+                self._graph, self._graph_failure = None, str(exc)
+                self._counts["graph_capture_failures"] += 1
         return self.model.step(images, self._kv, self._camera, self._backend,
                                self.config.num_scale_frames, with_depth=with_depth)
 

@@ -42,9 +42,11 @@ def parse_args(argv):
     p.add_argument("--preset", choices=PRESETS, default="tiny",
                    help="network size without a checkpoint (default tiny)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
-    p.add_argument("--backend", choices=("torch_ref", "flashinfer"), default=None,
-                   help="attention backend (default: flashinfer on CUDA, torch_ref on CPU)")
-    p.add_argument("--variant", choices=("fa2", "fa3", "auto"), default="fa2")
+    p.add_argument("--backend", choices=("auto", "torch_ref", "flashinfer"), default="auto",
+                   help="attention backend (auto: flashinfer on CUDA when installed, else "
+                   "torch_ref)")
+    p.add_argument("--variant", choices=("auto", "fa2", "fa3"), default="auto",
+                   help="flashinfer variant (auto: fa3 on Hopper, else fa2)")
     p.add_argument("--width", type=int, default=518, help="model input width (multiple of 14)")
     p.add_argument("--height", type=int, help="fixed model input height (default: from aspect)")
     p.add_argument("--scale-frames", type=int, default=8, help="anchor frames (start-up)")
@@ -66,14 +68,13 @@ def parse_args(argv):
 
 
 def session_config(args) -> SessionConfig:
-    backend = args.backend or ("flashinfer" if args.device.startswith("cuda") else "torch_ref")
     return SessionConfig(
         num_scale_frames=args.scale_frames, window=args.window,
         rollover_keyframes=args.rollover or None,
         keyframes=KeyframeConfig(policy=args.keyframes, n=args.keyframe_n,
                                  flow_threshold=args.flow_threshold, max_gap=args.max_gap),
         preprocess=PreprocessConfig(width=args.width, height=args.height),
-        with_depth=True, return_depth=args.ply, attention_backend=backend,
+        with_depth=True, return_depth=args.ply, attention_backend=args.backend,
         flashinfer_variant=args.variant, device=args.device)
 
 

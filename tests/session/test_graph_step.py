@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from lingbot_ros.attention import make_backend
+from lingbot_ros.attention import choose_backend, make_backend
 from lingbot_ros.cache import CameraKVCache, PagedKVCache
 from lingbot_ros.config import KeyframeConfig, PreprocessConfig, SessionConfig
 from lingbot_ros.model.presets import preset_config, random_model
@@ -100,8 +100,50 @@ def test_sessions_say_which_path_they_run():
     assert path() == "eager (device cpu)"
     assert path(cuda_graphs=False) == "eager (cuda_graphs off)"
     if torch.cuda.is_available():
-        assert path(device="cuda") == "eager (attention backend torch_ref)"
+        assert path(device="cuda", attention_backend="torch_ref") == \
+            "eager (attention backend torch_ref; configured)"
+        # auto does not pick flashinfer for a float32 network (its cache would be float32)
+        assert path(device="cuda") == \
+            "eager (attention backend torch_ref; auto: float32 cache (flashinfer needs bf16))"
         assert path(device="cuda", attention_backend="flashinfer") == "cuda_graph"
+
+
+def test_auto_attention_picks_flashinfer_only_where_it_runs():
+    cuda = torch.device("cuda")
+    assert choose_backend("torch_ref", cuda, torch.bfloat16) == ("torch_ref", "configured")
+    assert choose_backend("flashinfer", torch.device("cpu"), torch.float32)[0] == "flashinfer"
+    assert choose_backend("auto", torch.device("cpu"), torch.bfloat16) == \
+        ("torch_ref", "auto: device cpu")
+    assert choose_backend("auto", cuda, torch.float32)[0] == "torch_ref"
+    expected = "flashinfer" if HAVE_FLASHINFER else "torch_ref"
+    assert choose_backend("auto", cuda, torch.bfloat16)[0] == expected
+
+
+def test_a_failed_capture_falls_back_to_eager_for_the_rest_of_the_session():
+    images = [(np.random.default_rng(i).random(HW + (3,)) * 255).astype(np.uint8)
+              for i in range(8)]
+    cfg = SessionConfig(num_scale_frames=NSF, window=WINDOW,
+                        preprocess=PreprocessConfig(width=HW[1], height=HW[0]))
+    model = micro_model()
+    plain, graphed = StreamingSession(model, cfg), StreamingSession(model, cfg)
+    expected = [r for i, im in enumerate(images) for r in plain.push(im, 1_000 + i)]
+    got = [r for i, im in enumerate(images[:NSF]) for r in graphed.push(im, 1_000 + i)]
+    # A graph step whose capture fails (as when a kernel is not capturable on some setup).
+    step = GraphedStep(model, graphed._kv, graphed._camera, "fa2", NSF, capture=False,
+                       backend="torch_ref")
+    step.capture = True
+
+    def capture_fails(with_depth, first_frame):
+        raise RuntimeError("operation not permitted when stream is capturing")
+    step._capture = capture_fails
+    graphed._graph = step
+    for i, image in enumerate(images[NSF:], start=NSF):
+        got += graphed.push(image, 1_000 + i)  # no frame is lost or fails
+    info = graphed.info()
+    assert info["fast_path"].startswith("eager (CUDA-graph capture failed: RuntimeError")
+    assert info["graph_capture_failures"] == 1 and info["frames_processed"] == len(images)
+    for a, b in zip(got, expected):
+        np.testing.assert_allclose(a.pose_enc, b.pose_enc, atol=1e-6)
 
 
 def test_torch_ref_cannot_be_built_for_a_graph():
