@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Optional
 
 import torch
 from torch import Tensor, nn
+from torch.profiler import record_function
 
 from .config import AggregatorConfig, DinoConfig
 from .dino import DinoEncoder
@@ -48,7 +49,8 @@ class GlobalBlock(Block):
         q, k, v = self.attn.project_qkv(self.norm1(x))  # (N, h, d) each
         q, k = rope(q), rope(k)
         txn.write(layer, k.to(kv_dtype), v.to(kv_dtype))
-        out = backend.run(layer, q.to(kv_dtype))  # (N, h, d)
+        with record_function("lingbot/global_attention"):
+            out = backend.run(layer, q.to(kv_dtype))  # (N, h, d)
         out = self.attn.proj(out.reshape(x.shape[0], -1))  # (N, C)
         if debug is not None:
             debug["global_block0_attn_out"] = out.detach().clone()
@@ -120,8 +122,9 @@ class Aggregator(nn.Module):
         n, _, height, width = images.shape
         c = self.config
         grid_hw = (height // self.patch_size, width // self.patch_size)
-        normed = ((images - self.image_mean) / self.image_std).to(self.dtype)
-        patches = self.patch_embed(normed)  # (n, h*w, C)
+        with record_function("lingbot/dino"):
+            normed = ((images - self.image_mean) / self.image_std).to(self.dtype)
+            patches = self.patch_embed(normed)  # (n, h*w, C)
         specials = self.special_tokens(first_frame, n, num_scale_frames)  # (n, S, C)
         x = torch.cat([specials, patches], dim=1)  # (n, T, C)
         tokens = x.shape[1]
@@ -132,12 +135,14 @@ class Aggregator(nn.Module):
                                         c.frame_rope_base, x.device)
         selected = []
         for i in range(c.depth):
-            x = self.frame_blocks[i](x, frame_rope)  # (n, T, C)
+            with record_function("lingbot/frame_block"):
+                x = self.frame_blocks[i](x, frame_rope)  # (n, T, C)
             frame_out = x
             block_debug = {} if (debug is not None and i == 0) else None
-            x = self.global_blocks[i].forward_cached(  # (n, T, C) -> (n*T, C): one sequence
-                x.reshape(n * tokens, -1), video_rope, kv_writer, backend, i, self.dtype,
-                block_debug)
+            with record_function("lingbot/global_block"):  # attention included
+                x = self.global_blocks[i].forward_cached(  # (n, T, C) -> (n*T, C)
+                    x.reshape(n * tokens, -1), video_rope, kv_writer, backend, i, self.dtype,
+                    block_debug)
             x = x.reshape(n, tokens, -1)  # (n*T, C) -> (n, T, C)
             if block_debug is not None:
                 debug["frame_block0_out"] = frame_out.detach().clone()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Optional
 
 import torch
 from torch import Tensor, nn
+from torch.profiler import record_function
 
 from .aggregator import Aggregator
 from .camera_head import CameraHead
@@ -159,14 +160,16 @@ class GCTModel(nn.Module):
                                      kv_writer, backend, debug)
             # heads in float32
             layers = [t.float() for t in layers]  # each (n, T, 2C)
-            pose_list = self.camera_head(layers[-1][:, 0], camera_txn)
+            with record_function("lingbot/camera_head"):
+                pose_list = self.camera_head(layers[-1][:, 0], camera_txn)
             pose_enc = pose_list[-1]  # (n, 9)
             out = dict(pose_enc=pose_enc, pose_enc_list=torch.stack(pose_list),
                        c2w=pose_to_c2w(pose_enc), intrinsics=pose_to_intrinsics(pose_enc, image_hw))
             patch_start = self.config.aggregator.num_special_tokens
             if with_depth and self.depth_head is not None:
-                out["depth"], out["depth_conf"] = activate_depth(
-                    self.depth_head(layers, patch_start, image_hw))
+                with record_function("lingbot/depth_head"):
+                    out["depth"], out["depth_conf"] = activate_depth(
+                        self.depth_head(layers, patch_start, image_hw))
             if with_points and self.point_head is not None:
                 out["world_points"], out["world_points_conf"] = activate_points(
                     self.point_head(layers, patch_start, image_hw))

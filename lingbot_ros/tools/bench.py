@@ -14,7 +14,8 @@ wall-clock per push: each push ends with its results on the host, so they includ
 
 ``--parity-frames N``: the fast path (graphs, FlashInfer) against the eager torch_ref path on
 the same N frames: max abs ``pose_enc`` difference and a NaN check.
-``--profile``: where the GPU time of a steady frame goes, by kernel family (torch.profiler).
+``--profile``: where the GPU time of a steady frame goes, by kernel family (torch.profiler),
+and per model stage for eager configurations (``eager``).
 Prints a table and writes JSON.
 """
 from __future__ import annotations
@@ -111,8 +112,7 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
         if cuda and i % 100 == 99:
             memory.append(torch.cuda.memory_allocated() / 2**30)
     info = session.info()  # before the profile, which restarts the stream
-    profile = (profile_stages(session, images, args, name) if args.profile and name != "eager"
-               else None)
+    profile = profile_stages(session, images, args, name) if args.profile else None
     streaming = times[cfg.num_scale_frames:]  # the first pushes only buffer the anchors
     tenth = max(1, len(streaming) // 10)
     blocks = [streaming[i:i + 1000] for i in range(0, len(streaming) - 999, 1000)]
@@ -141,7 +141,7 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
     }
     result["last_over_first"] = result["fps_last_10pct"] / result["fps_first_10pct"]
     if profile is not None:
-        result["gpu_ms_per_frame"] = profile
+        result.update(profile)
     del session
     gc.collect()
     if cuda:
@@ -150,8 +150,10 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
 
 
 def profile_stages(session, images, args, name: str, frames: int = 20) -> dict:
-    """GPU time per steady frame (full window) by kernel family, and the wall time, over
-    ``frames`` pushes. Resets the session."""
+    """Per steady frame (full window), over ``frames`` pushes: GPU time by kernel family, the
+    wall time, and for eager steps the time of each model stage (``lingbot/*`` profiler
+    ranges: DINO, frame blocks, global blocks and their attention, camera and depth heads;
+    kernels take the same time whether launched eagerly or replayed). Resets the session."""
     from torch.profiler import ProfilerActivity, profile
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
                                            if torch.cuda.is_available() else [])
@@ -160,7 +162,8 @@ def profile_stages(session, images, args, name: str, frames: int = 20) -> dict:
     session.reset()
     stamp = 10**15
     cfg = session.config
-    for i in range(cfg.num_scale_frames + 2 * cfg.window + 8):
+    stride = cfg.keyframes.n if cfg.keyframes.policy == "every_n" else 1
+    for i in range(cfg.num_scale_frames + stride * cfg.window + 8):
         session.push(images[i % len(images)], stamp + i)
     stamp += 10**6
     t0 = time.perf_counter()
@@ -168,8 +171,15 @@ def profile_stages(session, images, args, name: str, frames: int = 20) -> dict:
         for i in range(frames):
             session.push(images[i % len(images)], stamp + i)
     wall_ms = (time.perf_counter() - t0) * 1e3 / frames
+    cuda = torch.cuda.is_available()
     families: dict[str, float] = defaultdict(float)
+    stages: dict[str, float] = {}
     for evt in prof.key_averages():
+        if evt.key.startswith("lingbot/"):  # the model's stage ranges (eager steps only)
+            us = (getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
+                  if cuda else evt.cpu_time_total)
+            stages[evt.key[len("lingbot/"):]] = round(us / 1e3 / frames, 3)
+            continue
         if not str(getattr(evt, "device_type", "")).endswith("CUDA"):
             continue
         us = getattr(evt, "self_device_time_total", None)
@@ -178,14 +188,19 @@ def profile_stages(session, images, args, name: str, frames: int = 20) -> dict:
         family = next((f for f, rx in KERNEL_FAMILIES if re.search(rx, evt.key)), "other")
         families[family] += us / 1e3 / frames
     table = prof.key_averages().table(
-        sort_by="self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total",
-        row_limit=40)
+        sort_by="self_cuda_time_total" if cuda else "self_cpu_time_total", row_limit=40)
     with open(args.out.rsplit(".", 1)[0] + f"_{name}_profile.txt", "w") as f:
         f.write(f"{frames} frames (profiler overhead included in wall time)\n{table}\n")
     out = {k: round(v, 3) for k, v in sorted(families.items(), key=lambda kv: -kv[1])}
     out["total_gpu"] = round(sum(families.values()), 3)
     out["wall_under_profiler"] = round(wall_ms, 3)
-    return out
+    if "global_block" in stages and "global_attention" in stages:
+        stages["global_block_without_attention"] = round(
+            stages["global_block"] - stages["global_attention"], 3)
+    result = {"gpu_ms_per_frame": out}
+    if stages:  # graph replays run no Python, so only eager steps have stage ranges
+        result["gpu_ms_per_stage" if cuda else "cpu_ms_per_stage"] = stages
+    return result
 
 
 def run_parity(args, device: str) -> dict:
@@ -262,9 +277,10 @@ def main(argv=None) -> int:
               f"{lat['p99']:>7.2f} {r['fps_overall']:>6.1f} {r['fps_first_10pct']:>8.1f} "
               f"{r['fps_last_10pct']:>9.1f} {r['gpu_peak_gib'] or 0:>9.2f} "
               f"{(steady or {}).get('max', 0):>11.2f}", flush=True)
-        if "gpu_ms_per_frame" in r:
-            print("   GPU ms per frame: " + ", ".join(f"{k} {v}" for k, v in
-                                                      r["gpu_ms_per_frame"].items()), flush=True)
+        for key in ("gpu_ms_per_frame", "gpu_ms_per_stage"):
+            if key in r:
+                print(f"   {key}: " + ", ".join(f"{k} {v}" for k, v in r[key].items()),
+                      flush=True)
         with open(args.out, "w") as f:  # after each config: a crash keeps what was measured
             json.dump(report, f, indent=2)
     with open(args.out, "w") as f:

@@ -29,3 +29,7 @@ def test_bench_reports_latency_fps_memory_cache_and_parity_per_config(tmp_path):
     assert parity["frames"] == 12 and parity["nan"] is False
     assert parity["pose_enc_max_abs_diff"] == 0.0  # on the CPU both paths are eager torch_ref
     assert (tmp_path / "bench_default_profile.txt").exists()
+    stages = report["runs"][0]["cpu_ms_per_stage"]  # eager on the CPU: the model's stages
+    assert set(stages) >= {"dino", "frame_block", "global_block", "global_attention",
+                           "camera_head", "depth_head", "global_block_without_attention"}
+    assert 0 < stages["global_attention"] < stages["global_block"]
