@@ -108,7 +108,7 @@ class GCTModel(nn.Module):
             ``StepResult(outputs, txn)``; ``txn`` must be committed or rolled back before the
             next step. On an exception both caches are rolled back and it propagates.
         """
-        n = self._check_step(images, kv_cache, camera_cache, num_scale_frames)
+        n = self.check_step(images, kv_cache, camera_cache, num_scale_frames)
         image_hw = (images.shape[2], images.shape[3])
         frame_txn = kv_cache.begin(n)
         try:
@@ -175,8 +175,10 @@ class GCTModel(nn.Module):
                     self.point_head(layers, patch_start, image_hw))
         return out
 
-    def _check_step(self, images: Tensor, kv_cache: "PagedKVCache",
-                    camera_cache: "CameraKVCache", num_scale_frames: int) -> int:
+    def check_step(self, images: Tensor, kv_cache: "PagedKVCache",
+                   camera_cache: "CameraKVCache", num_scale_frames: int) -> int:
+        """Raise ValueError unless ``images`` can be the next step on these caches; returns
+        the number of frames. Mutates nothing."""
         if images.dim() != 4 or images.shape[1] != 3:
             raise ValueError(f"images must be (n, 3, H, W), got {tuple(images.shape)}")
         self.config.patch_grid((images.shape[2], images.shape[3]))

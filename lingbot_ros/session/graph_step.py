@@ -117,7 +117,7 @@ class GraphedStep:
         """``GCTModel.step`` for one streaming frame, replayed; same transaction contract."""
         if not self.accepts(images.shape[0]):
             raise ValueError("GraphedStep runs single-frame steps after the anchor phase only")
-        self.model._check_step(images, self.kv_cache, self.camera_cache, self.num_scale_frames)
+        self.model.check_step(images, self.kv_cache, self.camera_cache, self.num_scale_frames)
         h, w = self.model.config.patch_grid((images.shape[2], images.shape[3]))
         if h * w != self.kv_cache.config.page_size:
             raise ValueError(f"a {images.shape[2]}x{images.shape[3]} image has {h * w} patches, "
