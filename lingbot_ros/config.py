@@ -199,6 +199,7 @@ class KeyframeConfig:
 
 ATTENTION_BACKENDS = ("auto", "torch_ref", "flashinfer")
 FLASHINFER_VARIANTS = ("fa2", "fa3", "auto")
+FUSED_KERNEL_MODES = ("auto", "on", "off")  # mirrors model.qk_fused.MODES
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +225,7 @@ class SessionConfig:
     flashinfer_variant: str = "auto"  # auto (fa3 on Hopper, else fa2) | fa2 | fa3
     cuda_graphs: bool = True  # replay streaming steps as CUDA graphs (CUDA + flashinfer only)
     kv_splits: int = 4  # flashinfer split-KV parts per attention call (at most num_scale_frames + 2)
+    fused_kernels: str = "auto"  # fused q/k-norm + RoPE Triton kernel: auto (CUDA + bf16) | on | off
     device: str = "cpu"  # torch device of the model and caches
 
     def __post_init__(self) -> None:
@@ -255,6 +257,9 @@ class SessionConfig:
         if self.flashinfer_variant not in FLASHINFER_VARIANTS:
             raise ValueError(f"flashinfer_variant must be one of {FLASHINFER_VARIANTS}, "
                              f"got {self.flashinfer_variant!r}")
+        if self.fused_kernels not in FUSED_KERNEL_MODES:
+            raise ValueError(f"fused_kernels must be one of {FUSED_KERNEL_MODES}, "
+                             f"got {self.fused_kernels!r}")
         if not isinstance(self.device, str) or not self.device:
             raise ValueError(f"device must be a torch device string, got {self.device!r}")
         if isinstance(self.kv_splits, bool) or not isinstance(self.kv_splits, int) \

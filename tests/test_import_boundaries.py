@@ -2,7 +2,8 @@
 
 - only lingbot_ros/ros/ imports rclpy or ROS message packages (and the bag replay tool, which
   publishes recorded bytes: tools/bag_player.py and its CLI tools/bag_replay.py);
-- only lingbot_ros/attention/flashinfer_paged.py imports flashinfer;
+- only lingbot_ros/attention/flashinfer_paged.py imports flashinfer, and only
+  lingbot_ros/model/qk_norm_rope_triton.py imports triton;
 - the cache bookkeeping modules import no torch or numpy;
 - cache/ and attention/ never import model/, session/ or ros/; model/ never imports session/ or ros/.
 """
@@ -62,6 +63,14 @@ def test_only_the_flashinfer_backend_imports_flashinfer():
         if rel == "attention/flashinfer_paged.py":
             continue
         assert "flashinfer" not in tops(imported_modules(f)), rel
+
+
+def test_only_the_triton_kernel_module_imports_triton():
+    for f in files():
+        rel = f.relative_to(PKG).as_posix()
+        if rel == "model/qk_norm_rope_triton.py":
+            continue
+        assert "triton" not in tops(imported_modules(f)), rel
 
 
 @pytest.mark.parametrize("rel", PURE_BOOKKEEPING)

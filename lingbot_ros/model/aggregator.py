@@ -46,8 +46,7 @@ class GlobalBlock(Block):
         Returns:
             (N, C).
         """
-        q, k, v = self.attn.project_qkv(self.norm1(x))  # (N, h, d) each
-        q, k = rope(q), rope(k)
+        q, k, v = self.attn.project_qkv(self.norm1(x), rope)  # (N, h, d) each, rotated
         txn.write(layer, k.to(kv_dtype), v.to(kv_dtype))
         with record_function("lingbot/global_attention"):
             out = backend.run(layer, q.to(kv_dtype))  # (N, h, d)

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 from torch.profiler import record_function
 
+from . import qk_fused
 from .aggregator import Aggregator
 from .camera_head import CameraHead
 from .config import GCTConfig
@@ -67,6 +68,12 @@ class GCTModel(nn.Module):
         if precision not in ("fp32", "bf16"):
             raise ValueError(f"precision must be 'fp32', 'bf16' or 'auto', got {precision!r}")
         self.to(device=device, dtype=torch.float32).eval().requires_grad_(False)
+        if device.type == "cuda":
+            # The dense heads' tokens arrive channels-last ((n, h*w, C) viewed as NCHW); with
+            # NCHW weights cuDNN converted layouts around every conv (~0.5 ms per frame).
+            for head in (self.depth_head, self.point_head):
+                if head is not None:
+                    head.to(memory_format=torch.channels_last)
         if precision == "bf16":
             self.aggregator.to(torch.bfloat16)
             # The normalisation constants stay fp32 (as in the reference), and so do the
@@ -78,6 +85,23 @@ class GCTModel(nn.Module):
                     module.q_norm.float()
                     module.k_norm.float()
         return self
+
+    def use_fused_kernels(self, mode: str = "auto") -> bool:
+        """Switch the fused q/k-norm + RoPE kernel of the rotary blocks (``qk_fused``).
+
+        Args:
+            mode: ``auto`` (on when the model is on CUDA in bf16 and Triton imports), ``on``
+                (the same, or RuntimeError), ``off``.
+        Returns:
+            Whether the kernel is now in use. The setting belongs to the model (shared by
+            every session that runs it); call after ``prepare``.
+        """
+        on = qk_fused.resolve(mode, self.aggregator.camera_token.device,
+                              self.aggregator.dtype)
+        for module in self.aggregator.modules():
+            if isinstance(module, Attention):
+                module.fused_qk = on
+        return on
 
     @property
     def kv_dtype(self) -> torch.dtype:

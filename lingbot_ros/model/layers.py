@@ -11,8 +11,12 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from . import qk_fused
 
 RopeFn = Callable[[Tensor], Tensor]  # rotates q or k of shape (B, heads, N, head_dim)
+# A rope may also offer ``tables()`` (float32 cos, signed sin, partner) for the fused kernel.
 
 
 class Mlp(nn.Module):
@@ -51,7 +55,12 @@ class Attention(nn.Module):
     Precision (what bf16 autocast did in the reference, without its per-call casts): q and k
     are normed in float32 (the q/k norm weights stay float32) and stay float32 through RoPE;
     they meet v's dtype only at the attention kernel.
+
+    ``fused_qk`` (set through ``GCTModel.use_fused_kernels``) runs norm + rotation + cast as
+    one Triton kernel (``qk_fused``) on CUDA tensors; the math is the same.
     """
+
+    fused_qk = False
 
     def __init__(self, dim: int, num_heads: int, qk_norm: bool = False,
                  norm_eps: float = 1e-5) -> None:
@@ -73,31 +82,72 @@ class Attention(nn.Module):
             (B, N, C) projected attention output.
         """
         b, n, c = x.shape
-        qkv = self.qkv(x).reshape(b, n, 3, self.num_heads, self.head_dim)  # (B, N, 3, h, d)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # (B, h, N, d) each
-        q, k = self.norm_qk(q, k)
-        if rope is not None:
-            q, k = rope(q), rope(k)
-        out = F.scaled_dot_product_attention(q.to(v.dtype), k.to(v.dtype), v)  # (B, h, N, d)
+        h, d = self.num_heads, self.head_dim
+        qkv = self.qkv(x)  # (B, N, 3C)
+        if self._fused(qkv, rope):
+            q, k = qk_fused.norm_rope(qkv.view(b * n, 3 * c), h, self.q_norm, self.k_norm,
+                                      rope.tables())  # (B*N, h, d) each
+            q, k = (t.view(b, n, h, d).transpose(1, 2) for t in (q, k))  # (B, h, N, d) views
+            v = qkv.view(b, n, 3, h, d)[:, :, 2].transpose(1, 2)  # (B, h, N, d) view
+        else:
+            q, k, v = qkv.view(b, n, 3, h, d).permute(2, 0, 3, 1, 4).unbind(0)  # (B, h, N, d)
+            q, k = self.norm_qk(q, k)
+            if rope is not None:
+                q, k = rope(q), rope(k)
+        out = sdpa(q.to(v.dtype), k.to(v.dtype), v)  # (B, h, N, d)
         return self.proj(out.transpose(1, 2).reshape(b, n, c))  # (B, N, C)
 
-    def project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def project_qkv(self, x: Tensor, rope: Optional[RopeFn] = None
+                    ) -> tuple[Tensor, Tensor, Tensor]:
         """Per-token heads of a flat token list.
 
         Args:
             x: (N, C) normed tokens.
+            rope: optional rotation of q and k, as in ``forward``.
         Returns:
-            q, k, v: (N, heads, head_dim) each; q and k went through their norms.
+            q, k, v: (N, heads, head_dim) each; q and k went through their norms and the
+            rotation, and are in v's dtype when the fused kernel ran (else float32 with q/k
+            norms).
         """
         n = x.shape[0]
-        q, k, v = self.qkv(x).reshape(n, 3, self.num_heads, self.head_dim).unbind(1)  # (N, h, d)
-        return (*self.norm_qk(q, k), v)
+        qkv = self.qkv(x)  # (N, 3C)
+        v = qkv.view(n, 3, self.num_heads, self.head_dim)[:, 2]  # (N, h, d)
+        if self._fused(qkv, rope):
+            q, k = qk_fused.norm_rope(qkv, self.num_heads, self.q_norm, self.k_norm,
+                                      rope.tables())
+            return q, k, v
+        q, k = qkv.view(n, 3, self.num_heads, self.head_dim).unbind(1)[:2]  # (N, h, d)
+        q, k = self.norm_qk(q, k)
+        if rope is not None:
+            q, k = rope(q), rope(k)
+        return q, k, v
+
+    def _fused(self, qkv: Tensor, rope: Optional[RopeFn]) -> bool:
+        d = self.head_dim
+        return (self.fused_qk and qkv.is_cuda and rope is not None and hasattr(rope, "tables")
+                and not isinstance(self.q_norm, nn.Identity) and d & (d - 1) == 0)
 
     def norm_qk(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         """Per-head LayerNorm of q and k in float32 (identity without qk_norm)."""
         if isinstance(self.q_norm, nn.Identity):
             return q, k
         return self.q_norm(q.float()), self.k_norm(k.float())
+
+
+# On CUDA, FlashAttention first: it reads q/k/v as strided views of the qkv projection and
+# writes its output token-major, so a block copies nothing around its attention; cuDNN's
+# kernel (PyTorch's first choice on Hopper) made q, k, v and the output contiguous: 4 copies
+# per block, ~0.7 ms per frame. The others are there for dtypes FlashAttention lacks.
+_CUDA_SDPA_ORDER = [SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION,
+                    SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def sdpa(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """``F.scaled_dot_product_attention`` of (B, h, N, d) tensors, FlashAttention first on CUDA."""
+    if not q.is_cuda:
+        return F.scaled_dot_product_attention(q, k, v)
+    with sdpa_kernel(_CUDA_SDPA_ORDER, set_priority=True):
+        return F.scaled_dot_product_attention(q, k, v)
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, key_mask: Optional[Tensor] = None) -> Tensor:
@@ -110,10 +160,16 @@ def attend(q: Tensor, k: Tensor, v: Tensor, key_mask: Optional[Tensor] = None) -
     Returns:
         (Nq, heads * d).
     """
-    mask = None if key_mask is None else key_mask[None, None, None, :]  # (1, 1, 1, Nk)
+    if key_mask is not None:
+        # The masked case is the graphed camera head: one query per head over a few hundred
+        # float32 keys. Two batched matmuls and a softmax take ~10 us; SDPA's masked float32
+        # kernel tiles for long query blocks and took 41 us per call (16 calls per frame).
+        scores = torch.bmm(q.transpose(0, 1), k.permute(1, 2, 0))  # (h, Nq, Nk)
+        scores = scores.mul_(q.shape[-1] ** -0.5).masked_fill_(~key_mask, float("-inf"))
+        out = torch.bmm(scores.softmax(dim=-1), v.transpose(0, 1))  # (h, Nq, d)
+        return out.transpose(0, 1).reshape(q.shape[0], -1)  # (Nq, h * d)
     out = F.scaled_dot_product_attention(  # (1, h, Nq, d)
-        q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
-        attn_mask=mask)
+        q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None])
     return out[0].transpose(0, 1).reshape(q.shape[0], -1)  # (Nq, h * d)
 
 

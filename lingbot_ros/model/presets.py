@@ -21,21 +21,28 @@ def preset_config(name: str) -> GCTConfig:
     raise ValueError(f"unknown model preset {name!r}; choose one of {PRESETS}")
 
 
-def random_model(config: GCTConfig, seed: int = 0) -> GCTModel:
+def random_model(config: GCTConfig, seed: int = 0, device: str = "cpu") -> GCTModel:
     """Seeded random weights (meaningless poses): for demos, tests and benchmarks.
 
     The special tokens get unit-variance values so their first/other variants differ, as
     they do in trained weights (PyTorch's default init leaves some parameters at zero).
+    ``device``: where the weights are drawn (the official size takes ~25 s on a CPU and a
+    second on a GPU; the values differ between devices, each is reproducible).
     """
+    device = torch.device(device)
     gen_state = torch.random.get_rng_state()
+    cuda_state = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
     torch.manual_seed(seed)
     try:
-        model = GCTModel(config)
+        with device:
+            model = GCTModel(config)
         agg = model.aggregator
         for token in (agg.camera_token, agg.register_token, agg.scale_token):
             torch.nn.init.normal_(token)
     finally:
         torch.random.set_rng_state(gen_state)
+        if cuda_state is not None:
+            torch.cuda.set_rng_state(cuda_state, device)
     return model
 
 

@@ -67,7 +67,14 @@ class FrameRope:
 
     def __call__(self, x: Tensor) -> Tensor:
         """Rotate x: (B, heads, N, head_dim) -> same shape."""
-        if x.dtype not in self._cast:
+        return _rotate(x, *self._tables(x.dtype))
+
+    def tables(self) -> tuple[Tensor, Tensor, Tensor]:
+        """float32 ``(cos (N, d), signed_sin (N, d), partner (d,))`` for fused kernels."""
+        return self._tables(torch.float32)
+
+    def _tables(self, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
+        if dtype not in self._cast:
             # Rotate-half inside each half: channel j pairs with j + d/4 (y half, then x half).
             quarter = self.cos_y.shape[-1] // 2
             cos = torch.cat([self.cos_y, self.cos_x], dim=-1)  # (N, d)
@@ -75,8 +82,8 @@ class FrameRope:
                                     -self.sin_x[:, :quarter], self.sin_x[:, quarter:]], dim=-1)
             j = torch.arange(quarter, device=cos.device)
             partner = torch.cat([j + quarter, j, j + 3 * quarter, j + 2 * quarter])  # (d,)
-            self._cast[x.dtype] = (cos.to(x.dtype), signed_sin.to(x.dtype), partner)
-        return _rotate(x, *self._cast[x.dtype])
+            self._cast[dtype] = (cos.to(dtype), signed_sin.to(dtype), partner)
+        return self._cast[dtype]
 
 
 class VideoRope:
@@ -141,11 +148,19 @@ class VideoRope:
 
     def __call__(self, x: Tensor) -> Tensor:
         """Rotate x: (N, heads, head_dim) -> same shape and dtype."""
-        if x.dtype not in self._cast:
+        return _rotate(x, *self._tables(x.dtype))
+
+    def tables(self) -> tuple[Tensor, Tensor, Tensor]:
+        """float32 ``(cos (N, d), signed_sin (N, d), partner (d,))`` for fused kernels."""
+        cos, signed_sin, partner = self._tables(torch.float32)
+        return cos[:, 0], signed_sin[:, 0], partner  # (N, 1, d) -> (N, d), contiguous
+
+    def _tables(self, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
+        if dtype not in self._cast:
             # Interleaved pairs: channel 2i pairs with 2i + 1.
             cos = self.cos.repeat_interleave(2, dim=-1)  # (N, 1, d)
             signed_sin = torch.stack([-self.sin, self.sin], dim=-1).flatten(-2)  # (N, 1, d)
             d = cos.shape[-1]
             partner = torch.arange(d, device=cos.device).view(-1, 2).flip(-1).flatten()  # (d,)
-            self._cast[x.dtype] = (cos.to(x.dtype), signed_sin.to(x.dtype), partner)
-        return _rotate(x, *self._cast[x.dtype])
+            self._cast[dtype] = (cos.to(dtype), signed_sin.to(dtype), partner)
+        return self._cast[dtype]

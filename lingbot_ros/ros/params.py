@@ -41,6 +41,8 @@ PARAMS: tuple[Param, ...] = (
           "flashinfer; else eager)"),
     Param("attention.kv_splits", 4, "flashinfer split-KV parts per attention call (fills the "
           "GPU; 1 = off)", 1, 8),
+    Param("attention.fused_kernels", "auto", "fused q/k-norm + RoPE Triton kernel: auto (CUDA "
+          "+ bf16 + Triton) | on | off", choices=("auto", "on", "off")),
     Param("input.width", 518, "model input width, multiple of 14", 14, 4088),
     Param("input.height", 0, "model input height, multiple of 14; 0 = from the aspect", 0, 4088),
     Param("session.num_scale_frames", 8, "anchor frames processed together first", 1, 64),
@@ -90,7 +92,8 @@ _FIELD_PARAMS = {
     "n": "keyframes.n", "flow_threshold": "keyframes.flow_threshold",
     "max_gap": "keyframes.max_gap", "device": "device", "attention_backend": "attention.backend",
     "flashinfer_variant": "attention.flashinfer_variant",
-    "cuda_graphs": "attention.cuda_graphs", "kv_splits": "attention.kv_splits", "image_topic": "topics.image",
+    "cuda_graphs": "attention.cuda_graphs", "kv_splits": "attention.kv_splits",
+    "fused_kernels": "attention.fused_kernels", "image_topic": "topics.image",
     "camera_info_topic": "topics.camera_info", "map_frame": "frames.map",
     "odom_frame": "frames.odom", "base_frame": "frames.base", "image_qos_depth": "qos.image_depth",
     "queue_size": "queue_size", "points_stride": "publish.points_stride",
@@ -147,7 +150,7 @@ def build_settings(values: dict) -> Settings:
             attention_backend=v["attention.backend"],
             flashinfer_variant=v["attention.flashinfer_variant"],
             cuda_graphs=v["attention.cuda_graphs"], kv_splits=v["attention.kv_splits"],
-            device=v["device"])
+            fused_kernels=v["attention.fused_kernels"], device=v["device"])
         node = NodeConfig(
             image_topic=v["topics.image"], use_compressed=v["topics.use_compressed"],
             camera_info_topic=v["topics.camera_info"], image_qos=v["qos.image"],

@@ -83,6 +83,8 @@ class StreamingSession:
         self._graph_failure: Optional[str] = None  # why capturing failed (then eager for good)
         self._model_hw: Optional[tuple[int, int]] = None
         self._latency = LatencyWindow()
+        # A model-wide switch: the last session built on a shared model decides.
+        self.fused_kernels = model.use_fused_kernels(config.fused_kernels)
         self.reset()
 
     # -- public API ------------------------------------------------------------------------
@@ -149,6 +151,7 @@ class StreamingSession:
             "attention": self._backend.name if self._backend is not None else
             self._attention_choice()[0],
             "fast_path": self.fast_path(),
+            "fused_kernels": self.fused_kernels,
             "graph_captures": self._graph.captures if self._graph is not None else 0,
             "graph_capture_failures": c["graph_capture_failures"],
             "trajectory_poses": len(self.trajectory),

@@ -15,7 +15,7 @@ wall-clock per push: each push ends with its results on the host, so they includ
 ``--parity-frames N``: the fast path (graphs, FlashInfer) against the eager torch_ref path on
 the same N frames: max abs ``pose_enc`` difference and a NaN check.
 ``--profile``: where the GPU time of a steady frame goes, by kernel family (torch.profiler),
-and per model stage for eager configurations (``eager``).
+and per model stage (for a graphed configuration, from the same step launched eagerly).
 Prints a table and writes JSON.
 """
 from __future__ import annotations
@@ -46,8 +46,10 @@ CONFIGS = {  # name -> overrides of the default setup
     "518x378": {"hw": (378, 518)},
     "split1": {"kv_splits": 1},  # flashinfer split-KV off / other part counts
     "split8": {"kv_splits": 8},
+    "unfused": {"fused_kernels": "off"},  # q/k norm + RoPE as separate torch ops
 }
 KERNEL_FAMILIES = (  # (family, regex on the kernel name), first match wins
+    ("q/k norm + RoPE (fused, Triton)", r"qk_norm_rope"),
     ("attention (paged, FlashInfer)", r"Prefill|flashinfer|PersistentKernel|fmha"),
     ("attention (SDPA)", r"flash_fwd|attention|sdpa|efficient"),
     ("GEMM", r"gemm|Gemm|cutlass|xmma|nvjet|cublas|matmul|sm90_"),
@@ -70,7 +72,7 @@ def _model(args, iterations: int, device: str):
         mcfg = preset_config(args.preset)
         mcfg = replace(mcfg, camera_head=replace(mcfg.camera_head, num_iterations=iterations))
         _MODELS.clear()  # one official-size model on the GPU at a time
-        _MODELS[key] = random_model(mcfg, seed=0).prepare(device, "auto")
+        _MODELS[key] = random_model(mcfg, seed=0, device=device).prepare(device, "auto")
     return _MODELS[key]
 
 
@@ -82,7 +84,7 @@ def _session_config(args, over: dict, device: str, **extra) -> SessionConfig:
         preprocess=PreprocessConfig(width=w, height=h), with_depth=over.get("with_depth", True),
         return_depth=False, attention_backend=args.backend, flashinfer_variant=args.variant,
         cuda_graphs=over.get("cuda_graphs", True), kv_splits=over.get("kv_splits", args.kv_splits),
-        device=device)
+        fused_kernels=over.get("fused_kernels", "auto"), device=device)
     fields.update(extra)
     return SessionConfig(**fields)
 
@@ -112,7 +114,10 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
         if cuda and i % 100 == 99:
             memory.append(torch.cuda.memory_allocated() / 2**30)
     info = session.info()  # before the profile, which restarts the stream
-    profile = profile_stages(session, images, args, name) if args.profile else None
+    profile = (profile_stages(session, images, args, name)
+               if args.profile == "all" or name in args.profile.split(",") else None)
+    if profile is not None and "gpu_ms_per_stage" not in profile and cuda:
+        profile.update(stage_split(model, cfg, images, args, name))
     streaming = times[cfg.num_scale_frames:]  # the first pushes only buffer the anchors
     tenth = max(1, len(streaming) // 10)
     blocks = [streaming[i:i + 1000] for i in range(0, len(streaming) - 999, 1000)]
@@ -124,6 +129,7 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
         "with_depth": cfg.with_depth, "backend": args.backend, "variant": args.variant,
         "kv_splits": cfg.kv_splits,
         "fast_path": info["fast_path"], "graph_captures": info["graph_captures"],
+        "fused_kernels": info["fused_kernels"],
         "latency_ms": {"p50": _percentile(streaming, 50), "p90": _percentile(streaming, 90),
                        "p99": _percentile(streaming, 99), "max": max(streaming)},
         "scale_phase_ms": times[cfg.num_scale_frames - 1],
@@ -153,7 +159,8 @@ def profile_stages(session, images, args, name: str, frames: int = 20) -> dict:
     """Per steady frame (full window), over ``frames`` pushes: GPU time by kernel family, the
     wall time, and for eager steps the time of each model stage (``lingbot/*`` profiler
     ranges: DINO, frame blocks, global blocks and their attention, camera and depth heads;
-    kernels take the same time whether launched eagerly or replayed). Resets the session."""
+    on CUDA the kernels launched in each, which take the same time whether launched eagerly
+    or replayed; on the CPU the ranges' CPU time). Resets the session."""
     from torch.profiler import ProfilerActivity, profile
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
                                            if torch.cuda.is_available() else [])
@@ -198,9 +205,61 @@ def profile_stages(session, images, args, name: str, frames: int = 20) -> dict:
         stages["global_block_without_attention"] = round(
             stages["global_block"] - stages["global_attention"], 3)
     result = {"gpu_ms_per_frame": out}
+    by_kernels = kernel_ms_by_stage(prof, frames) if cuda else {}
+    if by_kernels:
+        # FlashInfer launches through its own FFI: those kernels carry no link to the range
+        # that launched them. They run only in the global attention, so count them there.
+        unlinked = out["total_gpu"] - by_kernels["total"]
+        flashinfer = families.get(KERNEL_FAMILIES[1][0], 0.0)
+        moved = min(max(unlinked, 0.0), flashinfer)
+        by_kernels["global_attention"] = round(by_kernels.get("global_attention", 0) + moved, 3)
+        if unlinked - moved > 0.05:
+            by_kernels["not linked to a stage"] = round(unlinked - moved, 3)
+        by_kernels["total"] = round(by_kernels["total"] + unlinked, 3)
+        stages = dict(sorted(by_kernels.items(), key=lambda kv: (kv[0] == "total", -kv[1])))
+    elif cuda and stages:  # no kernel-to-range links in this torch: range spans, idle included
+        result["gpu_ms_per_stage_spans_include_idle"] = True
     if stages:  # graph replays run no Python, so only eager steps have stage ranges
         result["gpu_ms_per_stage" if cuda else "cpu_ms_per_stage"] = stages
     return result
+
+
+def kernel_ms_by_stage(prof, frames: int) -> dict:
+    """GPU time of the kernels launched inside each ``lingbot/*`` range (innermost wins), per
+    frame. Kernel durations, not range spans: an eager range also spans the GPU's idle gaps
+    between launches. Empty when no kernel was launched inside a range (graph replays)."""
+    stages: dict[str, float] = defaultdict(float)
+    for evt in prof.events():
+        kernels = getattr(evt, "kernels", None) or []
+        if not kernels:
+            continue
+        stage, parent = "outside_model (preprocess, session)", evt
+        while parent is not None:
+            if parent.name.startswith("lingbot/"):
+                stage = parent.name[len("lingbot/"):]
+                break
+            parent = parent.cpu_parent
+        stages[stage] += sum(k.duration for k in kernels) / 1e3 / frames  # us -> ms
+    if len(stages) <= 1:
+        return {}
+    if "global_block" in stages:  # exclusive: its attention is a stage of its own
+        stages["global_block_without_attention"] = stages.pop("global_block")
+    out = {k: round(v, 3) for k, v in sorted(stages.items(), key=lambda kv: -kv[1])}
+    out["total"] = round(sum(stages.values()), 3)
+    return out
+
+
+def stage_split(model, cfg: SessionConfig, images, args, name: str) -> dict:
+    """Per-stage GPU time of a graphed configuration: graph replays run no Python, so the
+    stage ranges come from the same step launched eagerly (same kernels, same plan)."""
+    twin = StreamingSession(model, replace(cfg, cuda_graphs=False))
+    warm_up(twin)
+    split = profile_stages(twin, images, args, name + "_eager_twin")
+    del twin
+    gc.collect()
+    return {"gpu_ms_per_stage": split.get("gpu_ms_per_stage", {}),
+            "gpu_ms_per_stage_from": "the same step launched eagerly (CUDA-graph replays have "
+                                     "no stage ranges); kernel times match the replay's"}
 
 
 def run_parity(args, device: str) -> dict:
@@ -209,14 +268,17 @@ def run_parity(args, device: str) -> dict:
     model = _model(args, 4, device)
     poses = {}
     for label, over in (("fast", {}), ("eager_torch_ref", {"cuda_graphs": False})):
-        extra = {"attention_backend": "torch_ref"} if label == "eager_torch_ref" else {}
+        extra = ({"attention_backend": "torch_ref", "fused_kernels": "off"}
+                 if label == "eager_torch_ref" else {})
         cfg = _session_config(args, over, device, **extra)
         session = StreamingSession(model, cfg)
         out = []
         for i in range(args.parity_frames):
             out += [r.pose_enc for r in session.push(images[i % len(images)], 1_000 + i)]
         poses[label] = np.stack(out)
-        poses[label + "_path"] = f"{session.info()['fast_path']}, {cfg.attention_backend}"
+        info = session.info()
+        poses[label + "_path"] = (f"{info['fast_path']}, {info['attention']}, fused kernels "
+                                  f"{'on' if info['fused_kernels'] else 'off'}")
         del session
         gc.collect()
     diff = np.abs(poses["fast"] - poses["eager_torch_ref"])
@@ -243,7 +305,8 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--parity-frames", type=int, default=0,
                    help="also compare the fast path with eager torch_ref over N frames")
-    p.add_argument("--profile", action="store_true", help="GPU time by kernel family")
+    p.add_argument("--profile", nargs="?", const="all", default="",
+                   help="GPU time by kernel family and by stage: every config, or a comma list")
     p.add_argument("--out", default="bench.json")
     args = p.parse_args(argv)
     args.backend = args.backend or ("flashinfer" if args.device.startswith("cuda")

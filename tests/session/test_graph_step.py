@@ -222,3 +222,14 @@ def test_a_growing_cache_is_recaptured(tiny_bf16):
     assert graph_s.info()["graph_captures"] == 2
     diff = max(np.abs(g.pose_enc - e.pose_enc).max() for g, e in zip(graph_r, eager_r))
     assert diff < 1e-2
+
+
+@gpu
+def test_fused_kernels_in_the_graph_match_the_unfused_eager_session(tiny_bf16):
+    images = gpu_frames(30)
+    fused_s, fused_r = run_session(tiny_bf16, images, True, "fa3", fused_kernels="on")
+    assert fused_s.info()["fused_kernels"] is True
+    plain_s, plain_r = run_session(tiny_bf16, images, False, "fa3", fused_kernels="off")
+    assert plain_s.info()["fused_kernels"] is False
+    diff = max(np.abs(f.pose_enc - p.pose_enc).max() for f, p in zip(fused_r, plain_r))
+    assert np.isfinite([r.pose_enc for r in fused_r]).all() and diff < 1e-2

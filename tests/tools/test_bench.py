@@ -8,7 +8,7 @@ def test_bench_reports_latency_fps_memory_cache_and_parity_per_config(tmp_path):
     out = tmp_path / "bench.json"
     assert main(["--preset", "tiny", "--device", "cpu", "--frames", "24", "--height", "28",
                  "--width", "28", "--configs", "default,every2:30,eager", "--rollover", "12",
-                 "--parity-frames", "12", "--profile", "--out", str(out)]) == 0
+                 "--parity-frames", "12", "--profile", "default,eager", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert [r["config"] for r in report["runs"]] == ["default", "every2", "eager"]
     assert report["command"].startswith("lingbot-ros-bench --preset tiny")
@@ -20,6 +20,8 @@ def test_bench_reports_latency_fps_memory_cache_and_parity_per_config(tmp_path):
         assert r["cache"]["frames_cached"] <= 8 + 64
         assert r["fast_path"] == "eager (device cpu)" if r["config"] != "eager" \
             else r["fast_path"] == "eager (cuda_graphs off)"
+    assert "gpu_ms_per_frame" not in report["runs"][1]  # every2 was not asked to profile
+    assert all(r["fused_kernels"] is False for r in report["runs"])  # CPU: torch ops
     assert report["runs"][0]["rollovers"] >= 1
     assert report["runs"][1]["keyframes"] == "every_n=2"
     assert report["runs"][1]["keyframes_committed"] < 24
