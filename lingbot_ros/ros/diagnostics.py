@@ -44,6 +44,7 @@ def build(stamp, name: str, hardware_id: str, counters: dict, rates: dict,
                    _kv("keyframes", session_info["keyframes"]),
                    _kv("attention", session_info["attention"]),
                    _kv("fast_path", session_info["fast_path"]),
+                   _kv("fused_kernels", session_info["fused_kernels"]),
                    _kv("graph_captures", session_info["graph_captures"])]
         cache = session_info.get("cache")
         if cache:

@@ -106,7 +106,8 @@ class LingbotNode(LifecycleNode):
         self.get_logger().info(
             f"configured: {'checkpoint ' + settings.checkpoint if settings.checkpoint else 'random ' + settings.preset} "
             f"on {settings.session.device}, attention {self.info_snapshot['attention']} "
-            f"({self.info_snapshot['fast_path']}), "
+            f"({self.info_snapshot['fast_path']}, fused kernels "
+            f"{'on' if self.info_snapshot['fused_kernels'] else 'off'}), "
             f"{settings.session.num_scale_frames} anchor frames, window {settings.session.window}")
         return TransitionCallbackReturn.SUCCESS
 

@@ -114,6 +114,7 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
         if cuda and i % 100 == 99:
             memory.append(torch.cuda.memory_allocated() / 2**30)
     info = session.info()  # before the profile, which restarts the stream
+    peak_gib = torch.cuda.max_memory_allocated() / 2**30 if cuda else None  # before profiling
     profile = (profile_stages(session, images, args, name)
                if args.profile == "all" or name in args.profile.split(",") else None)
     if profile is not None and "gpu_ms_per_stage" not in profile and cuda:
@@ -137,7 +138,7 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
         "fps_first_10pct": 1e3 * tenth / sum(streaming[:tenth]),
         "fps_last_10pct": 1e3 * tenth / sum(streaming[-tenth:]),
         "fps_per_1000_frames": [round(1e3 * len(b) / sum(b), 2) for b in blocks],
-        "gpu_peak_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+        "gpu_peak_gib": peak_gib,
         "gpu_steady_gib": {"first": memory[0], "last": memory[-1], "min": min(memory),
                            "max": max(memory), "samples_every_100_frames": len(memory)}
         if memory else None,

@@ -20,7 +20,8 @@ NO_DROP = {"qos.image": "reliable", "qos.image_depth": 100, "queue_size": 100,
 DIAG_KEYS = ("input_rate_hz", "processed_rate_hz", "latency_p50_ms", "latency_p99_ms",
              "received", "processed", "cache_frames_cached", "cache_special_frames",
              "cache_tokens_visible", "cache_bytes_used", "cache_bytes_reserved",
-             "cache_occupancy", "attention", "fast_path", "graph_captures")
+             "cache_occupancy", "attention", "fast_path", "fused_kernels",
+             "graph_captures")
 
 
 def replay(bag, env, *extra):
@@ -105,6 +106,7 @@ def test_bag_to_poses(tmp_path, ros_env, storage):
         assert not [k for k in values if k.startswith(("dropped", "rejected", "failed"))], values
         assert int(values["cache_frames_cached"]) == SCALE + WINDOW
         assert values["fast_path"] == "eager (device cpu)" and values["graph_captures"] == "0"
+        assert values["fused_kernels"] == "False"
         assert values["attention"] == "torch_ref"  # auto on a CPU
         assert float(values["latency_p99_ms"]) >= float(values["latency_p50_ms"]) > 0
         # Some message saw the stream going in and out (rates are over the last period).
