@@ -6,6 +6,7 @@ Parameter names follow the official checkpoints (``norm1``, ``attn.qkv``, ``attn
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Callable, Optional
 
 import torch
@@ -146,7 +147,11 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """``F.scaled_dot_product_attention`` of (B, h, N, d) tensors, FlashAttention first on CUDA."""
     if not q.is_cuda:
         return F.scaled_dot_product_attention(q, k, v)
-    with sdpa_kernel(_CUDA_SDPA_ORDER, set_priority=True):
+    try:
+        order = sdpa_kernel(_CUDA_SDPA_ORDER, set_priority=True)
+    except TypeError:  # torch < 2.6 has no priority order: keep PyTorch's own choice
+        order = contextlib.nullcontext()
+    with order:
         return F.scaled_dot_product_attention(q, k, v)
 
 
