@@ -1,6 +1,6 @@
 """Triton kernel: per-head q/k LayerNorm + rotary embedding + cast, in one launch.
 
-Imported only where Triton and CUDA are present (``qk_fused.available``); the math is the
+Imported only where Triton imports (``qk_fused.triton_status``); the math is the
 float32 path of ``Attention.norm_qk`` followed by the rope's ``x * cos + x[partner] * sin``,
 rounded once to the output dtype. The partner channels are loaded a second time instead of
 shuffled in registers: LayerNorm is per-row affine, so ``norm(x)[partner]`` is
