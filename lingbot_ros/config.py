@@ -12,12 +12,16 @@ DTYPES = ("float32", "bfloat16", "float16")
 BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
-def _positive(name: str, value: int) -> None:
+def check_positive_int(name: str, value) -> None:
+    """Raise ValueError("<name> must be a positive integer, ...") unless ``value`` is an int >= 1
+    (bools are refused)."""
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
-def _non_negative(name: str, value: int) -> None:
+def check_non_negative_int(name: str, value) -> None:
+    """Raise ValueError("<name> must be an integer >= 0, ...") unless ``value`` is an int >= 0
+    (bools are refused)."""
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
 
@@ -46,12 +50,12 @@ class CacheConfig:
     def __post_init__(self) -> None:
         for name in ("num_layers", "num_heads", "head_dim", "page_size", "num_special",
                      "window", "special_chunk_frames"):
-            _positive(name, getattr(self, name))
-        _non_negative("scale_frames", self.scale_frames)
+            check_positive_int(name, getattr(self, name))
+        check_non_negative_int("scale_frames", self.scale_frames)
         if self.max_special_frames is not None:
-            _positive("max_special_frames", self.max_special_frames)
+            check_positive_int("max_special_frames", self.max_special_frames)
         if self.max_cache_bytes is not None:
-            _positive("max_cache_bytes", self.max_cache_bytes)
+            check_positive_int("max_cache_bytes", self.max_cache_bytes)
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if not isinstance(self.device, str) or not self.device:
@@ -68,33 +72,6 @@ class CacheConfig:
         """Bytes one page takes over all layers (K and V)."""
         return (self.num_layers * 2 * self.page_size * self.num_heads * self.head_dim
                 * BYTES_PER_ELEMENT[self.dtype])
-
-
-def _optional(value):
-    """ROS parameters have no None: -1 (or a negative number) stands for "unset"."""
-    return None if isinstance(value, (int, float)) and value < 0 else value
-
-
-CACHE_PARAMS = ("scale_frames", "window", "max_special_frames", "special_chunk_frames",
-                "max_cache_bytes", "dtype")
-
-
-def cache_overrides(params: dict) -> dict:
-    """Map ``cache.*`` node parameters onto ``CacheConfig`` keyword arguments.
-
-    Unknown ``cache.*`` keys are an error (a typo must not be silently ignored).
-    """
-    out = {}
-    for key, value in params.items():
-        if not key.startswith("cache."):
-            continue
-        name = key[len("cache."):]
-        if name not in CACHE_PARAMS:
-            raise ValueError(f"unknown parameter {key!r}; known: "
-                             f"{', '.join('cache.' + p for p in CACHE_PARAMS)}")
-        out[name] = _optional(value) if name in ("max_special_frames", "max_cache_bytes") \
-            else value
-    return out
 
 
 # --- Preprocessing (image -> model input) ------------------------------------------------
@@ -132,9 +109,9 @@ class PreprocessConfig:
 
     def __post_init__(self) -> None:
         for name in ("patch_size", "width", "max_height", "max_input_pixels"):
-            _positive(name, getattr(self, name))
+            check_positive_int(name, getattr(self, name))
         if self.height is not None:
-            _positive("height", self.height)
+            check_positive_int("height", self.height)
         for name in ("width", "height", "max_height"):
             value = getattr(self, name)
             if value is not None and value % self.patch_size:
@@ -151,8 +128,8 @@ class PreprocessConfig:
 
     def output_size(self, height: int, width: int) -> tuple[int, int]:
         """(H, W) of the model input for an input image of ``height`` x ``width``."""
-        _positive("height", height)
-        _positive("width", width)
+        check_positive_int("height", height)
+        check_positive_int("width", width)
         if self.height is not None:
             return self.height, self.width
         resized = max(self.patch_size,
@@ -188,7 +165,7 @@ class KeyframeConfig:
         if self.policy not in KEYFRAME_POLICIES:
             raise ValueError(f"policy must be one of {KEYFRAME_POLICIES}, got {self.policy!r}")
         for name in ("n", "max_gap", "flow_stride"):
-            _positive(name, getattr(self, name))
+            check_positive_int(name, getattr(self, name))
         thr = self.flow_threshold
         if (not isinstance(thr, (int, float)) or isinstance(thr, bool) or thr != thr
                 or thr < 0 or thr == float("inf")):
@@ -197,9 +174,20 @@ class KeyframeConfig:
 
 # --- Streaming session (one camera stream) ---------------------------------------------------
 
+# The allowed values of each setting, used by the configs below, the ROS parameter table
+# (ros/params.py), the attention backends and the fused-kernel switch (model/qk_fused.py).
+PRECISIONS = ("auto", "fp32", "bf16")  # model precision: auto = bf16 aggregator on CUDA
 ATTENTION_BACKENDS = ("auto", "torch_ref", "flashinfer")
-FLASHINFER_VARIANTS = ("fa2", "fa3", "auto")
-FUSED_KERNEL_MODES = ("auto", "on", "off")  # mirrors model.qk_fused.MODES
+FLASHINFER_VARIANTS = ("auto", "fa2", "fa3")
+FUSED_KERNEL_MODES = ("auto", "on", "off")
+MAX_KV_SPLITS = 8  # flashinfer split-KV parts per attention call: 1..MAX_KV_SPLITS
+
+
+def check_kv_splits(value) -> None:
+    """Raise ValueError("kv_splits must be an integer in [1, MAX_KV_SPLITS], ...") unless
+    ``value`` is an int in that range (bools are refused)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_KV_SPLITS:
+        raise ValueError(f"kv_splits must be an integer in [1, {MAX_KV_SPLITS}], got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,17 +217,17 @@ class SessionConfig:
     device: str = "cpu"  # torch device of the model and caches
 
     def __post_init__(self) -> None:
-        _positive("num_scale_frames", self.num_scale_frames)
-        _positive("window", self.window)
+        check_positive_int("num_scale_frames", self.num_scale_frames)
+        check_positive_int("window", self.window)
         if self.max_special_frames is not None:
-            _positive("max_special_frames", self.max_special_frames)
+            check_positive_int("max_special_frames", self.max_special_frames)
             if self.max_special_frames < self.num_scale_frames:
                 raise ValueError(f"max_special_frames ({self.max_special_frames}) must be at "
                                  f"least num_scale_frames ({self.num_scale_frames})")
         if self.max_cache_bytes is not None:
-            _positive("max_cache_bytes", self.max_cache_bytes)
+            check_positive_int("max_cache_bytes", self.max_cache_bytes)
         if self.rollover_keyframes is not None:
-            _positive("rollover_keyframes", self.rollover_keyframes)
+            check_positive_int("rollover_keyframes", self.rollover_keyframes)
             if self.rollover_keyframes <= self.num_scale_frames:
                 raise ValueError(f"rollover_keyframes ({self.rollover_keyframes}) must exceed "
                                  f"num_scale_frames ({self.num_scale_frames}): a window starts "
@@ -262,9 +250,7 @@ class SessionConfig:
                              f"got {self.fused_kernels!r}")
         if not isinstance(self.device, str) or not self.device:
             raise ValueError(f"device must be a torch device string, got {self.device!r}")
-        if isinstance(self.kv_splits, bool) or not isinstance(self.kv_splits, int) \
-                or not 1 <= self.kv_splits <= 8:
-            raise ValueError(f"kv_splits must be an integer in [1, 8], got {self.kv_splits!r}")
+        check_kv_splits(self.kv_splits)
 
     def cache_extra(self) -> dict:
         """CacheConfig fields beyond the model's shapes: retention and pool sizing."""
@@ -324,8 +310,8 @@ class NodeConfig:
         if self.tf_mode not in TF_MODES:
             raise ValueError(f"tf.mode must be one of {TF_MODES}, got {self.tf_mode!r}")
         for name in ("image_qos_depth", "queue_size", "points_stride", "max_image_pixels"):
-            _positive(name, getattr(self, name))
-        _non_negative("path_max_poses", self.path_max_poses)
+            check_positive_int(name, getattr(self, name))
+        check_non_negative_int("path_max_poses", self.path_max_poses)
         for name in ("points_rate_hz", "cache_info_rate_hz", "diagnostics_rate_hz"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0 < value <= 1000:

@@ -7,7 +7,7 @@ Random weights (seeded) at the released size, input 378x504, bf16 aggregator wit
 KV cache bf16 with 8 scale frames + a 64-frame window. For each backend: one warm-up stream
 (FlashInfer JIT-compiles on first use), then a fresh stream of ``--frames`` frames (phase 1 on
 the 8 scale frames, then one frame per step, all committed). Per-frame time is eager
-``model.step`` (depth head included unless --no-depth), CUDA events, median over phase 2.
+``StreamRunner.step`` (depth head included unless --no-depth), CUDA events, median over phase 2.
 
 Prints and writes JSON: per backend the median / p90 ms per frame, phase-1 ms, peak memory,
 NaN check; and the max abs pose_enc difference between the backends. Exit code 0 only if
@@ -27,10 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import torch  # noqa: E402
 
-from lingbot_ros.attention import make_backend  # noqa: E402
-from lingbot_ros.cache import PagedKVCache  # noqa: E402
-from lingbot_ros.cache.camera_cache import CameraKVCache  # noqa: E402
+from lingbot_ros.config import SessionConfig  # noqa: E402
 from lingbot_ros.model import GCTConfig, GCTModel  # noqa: E402
+from lingbot_ros.session import StepKind, StreamRunner  # noqa: E402
 
 
 def build_model(seed: int) -> GCTModel:
@@ -48,13 +47,12 @@ def build_model(seed: int) -> GCTModel:
 def run_stream(model: GCTModel, frames: torch.Tensor, backend_name: str, scale_frames: int,
                window: int, with_depth: bool) -> dict:
     """Stream ``frames``; return poses, per-frame times and peak memory."""
-    config = model.config
     image_hw = (frames.shape[2], frames.shape[3])
-    cache = PagedKVCache(config.cache_config(image_hw, scale_frames, window, dtype="bfloat16",
-                                             device="cuda"))
-    camera = CameraKVCache(**config.camera_cache_dims(), device="cuda")
     name, _, variant = backend_name.partition(":")  # e.g. flashinfer:fa3
-    backend = make_backend(name, cache.storage, variant=variant or "fa2")
+    runner = StreamRunner(model, SessionConfig(
+        num_scale_frames=scale_frames, window=window, rollover_keyframes=None,
+        attention_backend=name, flashinfer_variant=variant or "fa2", cuda_graphs=False,
+        kv_splits=1, fused_kernels="off", device="cuda"), image_hw)
     start_evt, end_evt = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     poses, times_ms, phase1_ms = [], [], None
     torch.cuda.reset_peak_memory_stats()
@@ -62,8 +60,8 @@ def run_stream(model: GCTModel, frames: torch.Tensor, backend_name: str, scale_f
     while start < frames.shape[0]:
         n = min(scale_frames, frames.shape[0]) if start == 0 else 1
         start_evt.record()
-        outputs, txn = model.step(frames[start:start + n], cache, camera, backend, scale_frames,
-                                  with_depth=with_depth)
+        outputs, txn = runner.step(frames[start:start + n], StepKind.KEYFRAME,
+                                   with_depth=with_depth)
         txn.commit()
         end_evt.record()
         end_evt.synchronize()
@@ -76,8 +74,9 @@ def run_stream(model: GCTModel, frames: torch.Tensor, backend_name: str, scale_f
         start += n
     result = {"poses": torch.cat(poses), "times_ms": times_ms, "phase1_ms": phase1_ms,
               "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
-              "kv_cache_gib": cache.storage.nbytes / 2**30, "cache_info": cache.info()}
-    del cache, camera, backend
+              "kv_cache_gib": runner.kv_cache.storage.nbytes / 2**30,
+              "cache_info": runner.kv_cache.info()}
+    del runner
     torch.cuda.empty_cache()
     return result
 

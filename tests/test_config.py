@@ -27,11 +27,45 @@ def test_defaults_describe_the_released_model_at_378x504():
 
 
 def test_kv_splits_are_checked_and_clamped_for_graphs():
-    import pytest
-
-    from lingbot_ros.config import SessionConfig
-    for bad in (0, 9, 2.0, True):
-        with pytest.raises(ValueError, match="kv_splits"):
+    from lingbot_ros.config import MAX_KV_SPLITS, SessionConfig
+    assert MAX_KV_SPLITS == 8
+    for bad in (0, MAX_KV_SPLITS + 1, 2.0, True):
+        with pytest.raises(ValueError, match=rf"kv_splits must be an integer in \[1, "
+                                             rf"{MAX_KV_SPLITS}\]"):
             SessionConfig(kv_splits=bad)
+    assert SessionConfig(kv_splits=MAX_KV_SPLITS).kv_splits == MAX_KV_SPLITS
     assert SessionConfig().kv_splits == 4 and SessionConfig().graph_kv_splits() == 4
     assert SessionConfig(num_scale_frames=1, kv_splits=8).graph_kv_splits() == 3
+
+
+@pytest.mark.parametrize("value", [1, 7, 10**12])
+def test_positive_int_validator_accepts_ints_from_one(value):
+    from lingbot_ros.config import check_non_negative_int, check_positive_int
+    check_positive_int("x", value)
+    check_non_negative_int("x", value)
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.0, True, "3", None])
+def test_positive_int_validator_names_the_field(value):
+    from lingbot_ros.config import check_positive_int
+    with pytest.raises(ValueError, match=r"^x must be a positive integer, got "):
+        check_positive_int("x", value)
+
+
+@pytest.mark.parametrize("value", [-1, 0.0, False, "0", None])
+def test_non_negative_int_validator_names_the_field(value):
+    from lingbot_ros.config import check_non_negative_int
+    check_non_negative_int("y", 0)
+    with pytest.raises(ValueError, match=r"^y must be an integer >= 0, got "):
+        check_non_negative_int("y", value)
+
+
+def test_the_choice_lists_start_with_their_default():
+    from lingbot_ros import config
+    assert config.PRECISIONS == ("auto", "fp32", "bf16")
+    assert config.ATTENTION_BACKENDS[0] == config.SessionConfig().attention_backend == "auto"
+    assert config.FLASHINFER_VARIANTS[0] == config.SessionConfig().flashinfer_variant == "auto"
+    assert config.FUSED_KERNEL_MODES[0] == config.SessionConfig().fused_kernels == "auto"
+    assert config.KEYFRAME_POLICIES[0] == config.KeyframeConfig().policy
+    assert config.IMAGE_QOS[0] == config.NodeConfig().image_qos
+    assert config.TF_MODES[0] == config.NodeConfig().tf_mode

@@ -4,10 +4,11 @@ from __future__ import annotations
 import torch
 
 from ..cache.storage import KVStorage
+from ..config import ATTENTION_BACKENDS
 from .backend import AttentionBackend
 from .torch_ref import TorchRefBackend
 
-BACKENDS = ("torch_ref", "flashinfer")
+BACKENDS = tuple(b for b in ATTENTION_BACKENDS if b != "auto")  # the concrete backends
 
 
 def choose_backend(name: str, device: torch.device, dtype: torch.dtype) -> tuple[str, str]:

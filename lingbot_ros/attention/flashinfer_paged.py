@@ -25,8 +25,8 @@ import torch
 
 from ..cache.layout import PagedKVLayout
 from ..cache.storage import KVStorage
+from ..config import FLASHINFER_VARIANTS, check_kv_splits, check_positive_int
 
-VARIANTS = ("fa2", "fa3", "auto")
 WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's recommended split-k workspace
 MAX_GRAPH_PAGES = 1 << 16  # page-index buffer of a CUDA-graph wrapper (256 KiB)
 
@@ -57,8 +57,9 @@ class FlashInferPagedBackend:
     def __init__(self, storage: KVStorage, variant: str = "fa2",
                  workspace_bytes: int = WORKSPACE_BYTES,
                  graph_query_tokens: int | None = None, kv_splits: int = 1) -> None:
-        if variant not in VARIANTS:
-            raise ValueError(f"flashinfer variant must be one of {VARIANTS}, got {variant!r}")
+        if variant not in FLASHINFER_VARIANTS:
+            raise ValueError(f"flashinfer variant must be one of {FLASHINFER_VARIANTS}, "
+                             f"got {variant!r}")
         if storage.device.type != "cuda" or not torch.cuda.is_available():
             raise RuntimeError(
                 f"attention backend 'flashinfer' needs the KV cache on a CUDA device, the cache "
@@ -69,8 +70,7 @@ class FlashInferPagedBackend:
         variant = resolve_variant(variant, storage.device)
         if variant == "fa3" and torch.cuda.get_device_capability(storage.device)[0] < 9:
             raise RuntimeError("flashinfer variant 'fa3' needs a Hopper GPU (sm90); use 'fa2'")
-        if not isinstance(kv_splits, int) or not 1 <= kv_splits <= 16:
-            raise ValueError(f"kv_splits must be an integer in [1, 16], got {kv_splits!r}")
+        check_kv_splits(kv_splits)
         flashinfer = _import_flashinfer()
         self._merge_state = flashinfer.merge_state
         self.kv_splits = kv_splits
@@ -80,8 +80,7 @@ class FlashInferPagedBackend:
         self.graph_query_tokens = graph_query_tokens
         graph_buffers = {}
         if graph_query_tokens is not None:
-            if graph_query_tokens < 1:
-                raise ValueError(f"graph_query_tokens must be positive, got {graph_query_tokens}")
+            check_positive_int("graph_query_tokens", graph_query_tokens)
             self.name += "_graph"
 
             def i32(values):

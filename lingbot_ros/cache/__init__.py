@@ -8,6 +8,7 @@ from .errors import CacheError, CacheFullError, TransactionError
 from .frame_txn import FrameTxn
 from .kv_cache import PagedKVCache
 from .layout import PagedKVLayout
+from .step_kind import StepKind
 
 __all__ = ["CameraCacheTxn", "CameraKVCache", "CacheError", "CacheFullError", "TransactionError", "FrameTxn", "PagedKVCache",
-           "PagedKVLayout"]
+           "PagedKVLayout", "StepKind"]

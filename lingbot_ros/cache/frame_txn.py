@@ -1,13 +1,15 @@
-"""FrameTxn: the handle of one speculative step (append -> attend -> commit | rollback).
+"""FrameTxn: the handle of one step of the paged cache (append -> attend -> commit | rollback).
 
-    txn = cache.begin(num_frames=1)       # checks first; raises before mutating
-    backend.plan(txn.layout)              # once per step
+    txn = cache.begin(1, StepKind.SPECULATIVE)   # checks first; raises before mutating
+    backend.plan(txn.layout)                     # once per step
     for layer in range(num_layers):
-        txn.write(layer, k, v)            # (frames * tokens_per_frame, heads, head_dim), RoPE'd
+        txn.write(layer, k, v)                   # (frames * tokens_per_frame, heads, head_dim)
         out = backend.run(layer, q)
     txn.commit()   # or txn.rollback(): exactly once
 
-Used as a context manager it rolls back when the body raises.
+Used as a context manager it rolls back when the body raises. The handle holds the page table
+and the storage, not the cache object, so the cache can keep a reference to its pending step
+without a cycle that would keep gigabytes of storage alive until the garbage collector runs.
 """
 from __future__ import annotations
 
@@ -15,12 +17,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from .errors import TransactionError
 from .layout import PagedKVLayout
-from .page_table import StepPlan
+from .page_table import PageTable, StepPlan
+from .step_kind import StepKind
+from .storage import KVStorage
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
-
-    from .kv_cache import PagedKVCache
 
 
 class KVWriter(Protocol):
@@ -30,15 +32,21 @@ class KVWriter(Protocol):
 
 
 class FrameTxn:
-    def __init__(self, cache: "PagedKVCache", plan: StepPlan, layout: PagedKVLayout,
-                 k_slots: "torch.Tensor", v_slots: "torch.Tensor") -> None:
-        self._cache = cache
+    def __init__(self, table: PageTable, storage: KVStorage, plan: StepPlan,
+                 layout: PagedKVLayout, k_slots: "torch.Tensor", v_slots: "torch.Tensor") -> None:
+        self._table = table
+        self._storage = storage
         self.plan = plan
         self.layout = layout
         self._k_slots = k_slots  # (num_query_tokens,) int64 on the storage device
         self._v_slots = v_slots
-        self._shape = (layout.num_query_tokens, cache.config.num_heads, cache.config.head_dim)
+        config = storage.config
+        self._shape = (layout.num_query_tokens, config.num_heads, config.head_dim)
         self.state = "pending"
+
+    @property
+    def kind(self) -> StepKind:
+        return self.plan.kind
 
     @property
     def first_frame(self) -> int:
@@ -62,34 +70,33 @@ class FrameTxn:
         """
         if self.state != "pending":
             raise TransactionError(f"cannot write: this step is already {self.state}")
-        storage = self._cache.storage
+        storage = self._storage
         for name, t in (("k", k), ("v", v)):
             if tuple(t.shape) != self._shape:
                 raise TransactionError(
                     f"{name} has shape {tuple(t.shape)}, the step expects {self._shape} "
-                    f"({self.num_frames} frame(s) x {self._cache.config.tokens_per_frame} tokens)")
+                    f"({self.num_frames} frame(s) x {storage.config.tokens_per_frame} tokens)")
             if t.dtype != storage.dtype or t.device != storage.data.device:
                 raise TransactionError(
                     f"{name} is {t.dtype} on {t.device}, the cache stores {storage.dtype} on "
                     f"{storage.data.device}")
-        if not 0 <= layer < self._cache.config.num_layers:
-            raise TransactionError(f"layer {layer} outside [0, {self._cache.config.num_layers})")
+        if not 0 <= layer < storage.config.num_layers:
+            raise TransactionError(f"layer {layer} outside [0, {storage.config.num_layers})")
         storage.write(layer, self._k_slots, self._v_slots, k, v)
 
     def commit(self) -> None:
         """Keep the step's frames; run the deferred window eviction."""
-        self._finish("commit", "committed", self._cache.table.commit)
+        self._finish("commit", "committed", self._table.commit)
 
     def rollback(self) -> None:
         """Forget the step's frames: pages, special tail and counters as before ``begin``."""
-        self._finish("roll back", "rolled back", self._cache.table.rollback)
+        self._finish("roll back", "rolled back", self._table.rollback)
 
     def _finish(self, verb: str, state: str, action) -> None:
         if self.state != "pending":
             raise TransactionError(f"cannot {verb}: this step is already {self.state}")
         action(self.plan.generation)
         self.state = state
-        self._cache.finished(self)
 
     def __enter__(self) -> "FrameTxn":
         return self
@@ -97,7 +104,7 @@ class FrameTxn:
     def __exit__(self, exc_type, exc, tb) -> None:
         if self.state != "pending":
             return
-        if self.plan.generation == self._cache.table.generation:
+        if self.plan.generation == self._table.generation:
             self.rollback()
         else:
             self.state = "invalidated by reset"

@@ -1,7 +1,7 @@
 """PagedKVCache: page table + storage + per-step layout, behind one small API.
 
     cache = PagedKVCache(CacheConfig(...))
-    txn = cache.begin(1)          # FrameTxn: layout, write(), commit(), rollback()
+    txn = cache.begin(1, StepKind.SPECULATIVE)   # FrameTxn: layout, write(), commit(), rollback()
     cache.info()                  # counters and bytes, for services and diagnostics
     cache.reset()                 # between sequences; keeps the allocation
 
@@ -17,6 +17,7 @@ from .frame_txn import FrameTxn
 from .layout import PagedKVLayout
 from .page_table import PageTable
 from .special_stream import ceil_div
+from .step_kind import StepKind
 from .storage import KVStorage
 
 
@@ -37,8 +38,8 @@ class PagedKVCache:
     def pending(self) -> FrameTxn | None:
         return self._txn if self.table.pending is not None else None
 
-    def begin(self, num_frames: int = 1) -> FrameTxn:
-        """Start a speculative step of ``num_frames`` frames.
+    def begin(self, num_frames: int = 1, kind: StepKind | str = StepKind.KEYFRAME) -> FrameTxn:
+        """Start a step of ``num_frames`` frames; ``kind`` says what it sees (``StepKind``).
 
         Raises ``TransactionError`` if a step is pending, ``CacheError`` if the step cannot fit
         and ``CacheFullError`` if growing the special pool would exceed the byte budget; in
@@ -51,18 +52,13 @@ class PagedKVCache:
             grow_by = max(short, chunk)
             self.storage.grow(grow_by)  # raises CacheFullError over budget, before mutating
             self.table.add_special_pages(grow_by)
-        plan = self.table.begin(num_frames)
+        plan = self.table.begin(num_frames, kind)
         layout = PagedKVLayout.from_plan(plan, self.config.page_size,
                                          self.config.tokens_per_frame)
         k_slots = self._write_slots(plan)
-        self._txn = FrameTxn(self, plan, layout, k_slots, k_slots + self.config.page_size)
+        self._txn = FrameTxn(self.table, self.storage, plan, layout, k_slots,
+                             k_slots + self.config.page_size)
         return self._txn
-
-    def finished(self, txn: FrameTxn) -> None:
-        """A step committed or rolled back: drop it (no cache <-> txn reference cycle that
-        would keep gigabytes of storage alive until the garbage collector runs)."""
-        if self._txn is txn:
-            self._txn = None
 
     def current_layout(self) -> PagedKVLayout | None:
         """Layout of what a query would see now (pending step included); None when empty.

@@ -7,8 +7,9 @@ planned once and its page list is reused by each layer's kernel call. The visibl
 
 so that FlashInfer's single ``last_page_len`` describes the only partial page.
 
-A step is a transaction: ``begin(n)`` checks everything first and raises before mutating,
-then reserves the pages and hides what the commit will evict; ``commit()`` runs the deferred
+A step is a transaction: ``begin(n, kind)`` checks everything first and raises before
+mutating, then reserves the pages (a keyframe step also hides what its commit will evict, a
+speculative step sees the un-evicted window: ``StepKind``); ``commit()`` runs the deferred
 eviction, ``rollback()`` returns the reserved pages and restores every counter.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .errors import CacheError, TransactionError
 from .page_pool import PagePool
 from .patch_stream import PatchStream
 from .special_stream import SpecialStream, ceil_div
+from .step_kind import StepKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +29,7 @@ class StepPlan:
     """What one step writes and what its queries see (plain ints, no tensors)."""
 
     generation: int  # reset counter when the step began; a reset invalidates the step
+    kind: StepKind  # keyframe (sees the trimmed window) | speculative (sees the un-trimmed one)
     first_frame: int  # time index of the step's first frame (committed frames before it)
     num_frames: int  # frames in the step (>1 only for the scale-frame phase)
     patch_pages: tuple[int, ...]  # page of each new frame's patch tokens
@@ -40,7 +43,8 @@ class PageTable:
     def __init__(self, config: CacheConfig) -> None:
         self.config = config
         ps, nsp = config.page_size, config.num_special
-        num_patch_pages = config.scale_frames + config.window + 1  # +1: the speculative frame
+        # +1: the step's own page, taken before the commit releases the oldest window page
+        num_patch_pages = config.scale_frames + config.window + 1
         if config.max_special_frames is None:
             num_special_pages = ceil_div(config.special_chunk_frames * nsp, ps) + 1
         else:
@@ -88,16 +92,18 @@ class PageTable:
         return pages, last_len, (len(pages) - 1) * self.config.page_size + last_len
 
     # -- transaction -----------------------------------------------------------------------
-    def begin(self, num_frames: int) -> StepPlan:
+    def begin(self, num_frames: int, kind: StepKind | str = StepKind.KEYFRAME) -> StepPlan:
+        kind = StepKind.parse(kind)
         self._check_can_begin(num_frames)
         if self.specials.pages_needed(num_frames) > self.special_pool.num_free:
             raise CacheError("special pages must be added before this step (internal error)")
         first = self.frames_committed
-        patch_pages = self.patches.append(first, num_frames)
-        special_slots = self.specials.append(num_frames)
+        hide = kind is StepKind.KEYFRAME
+        patch_pages = self.patches.append(first, num_frames, hide_evicted=hide)
+        special_slots = self.specials.append(num_frames, hide_released=hide)
         pages, last_len, num_kv = self.visible()
         self.frames_seen += num_frames
-        self._pending = StepPlan(self.generation, first, num_frames, tuple(patch_pages),
+        self._pending = StepPlan(self.generation, kind, first, num_frames, tuple(patch_pages),
                                  tuple(special_slots), tuple(pages), last_len, num_kv)
         return self._pending
 

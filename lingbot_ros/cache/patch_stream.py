@@ -3,10 +3,11 @@
     scale (pinned forever)        window (FIFO, last `window` frames incl. the current one)
     [f0][f1]..[f{S-1}]            [f{N-W+1}] ... [f{N}]
 
-A step appends its frames speculatively. Eviction is *deferred*: the pages that leave the
-window when the step commits stay allocated until ``commit()`` (so ``rollback()`` has nothing
-to restore), but they are already hidden from the step's layout, so a speculative frame sees
-exactly what it would see once committed.
+A step appends its frames at once. Eviction is *deferred*: the pages that leave the window
+when the step commits stay allocated until ``commit()`` (so ``rollback()`` has nothing to
+restore). Whether the step's own layout already hides them depends on its kind (``StepKind``):
+a keyframe step does not see them (append, evict, attend), a speculative step does (append,
+attend, and evict only if it is committed).
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ class PatchStream:
         self._window: deque[tuple[int, int]] = deque()  # (frame, page), oldest first
         self._pending: list[tuple[int, int]] = []
         self._num_pending_pinned = 0
-        self._num_pending_evict = 0
+        self._num_pending_evict = 0  # window pages the commit releases
+        self._num_hidden = 0  # of those, hidden from the pending step (keyframe steps: all)
 
     # -- queries ---------------------------------------------------------------------------
     @property
@@ -55,26 +57,31 @@ class PatchStream:
         """Pages a query sees: scale pages, then window pages, oldest first (pending included)."""
         pinned = self._pending[:self._num_pending_pinned]
         windowed = self._pending[self._num_pending_pinned:]
-        kept = list(self._window)[self._num_pending_evict:]
+        kept = list(self._window)[self._num_hidden:]
         return [p for _, p in self._scale + pinned + kept + windowed]
 
     def visible_frames(self) -> list[int]:
         pinned = self._pending[:self._num_pending_pinned]
         windowed = self._pending[self._num_pending_pinned:]
-        kept = list(self._window)[self._num_pending_evict:]
+        kept = list(self._window)[self._num_hidden:]
         return [f for f, _ in self._scale + pinned + kept + windowed]
 
     def all_pages(self) -> list[int]:
         return [p for _, p in self._scale + list(self._window) + self._pending]
 
     # -- transaction -----------------------------------------------------------------------
-    def append(self, first_frame: int, num_frames: int) -> list[int]:
-        """Take one page per new frame (call ``check_append`` first)."""
+    def append(self, first_frame: int, num_frames: int, hide_evicted: bool) -> list[int]:
+        """Take one page per new frame (call ``check_append`` first).
+
+        ``hide_evicted``: hide the pages that the commit will release from the step's own
+        view now (a keyframe step); False keeps them visible until the commit (speculative).
+        """
         pages = [self.pool.allocate() for _ in range(num_frames)]
         self._pending = [(first_frame + i, p) for i, p in enumerate(pages)]
         self._num_pending_pinned = min(num_frames, self.scale_frames - len(self._scale))
         num_windowed = num_frames - self._num_pending_pinned
         self._num_pending_evict = max(0, len(self._window) + num_windowed - self.window)
+        self._num_hidden = self._num_pending_evict if hide_evicted else 0
         return pages
 
     def commit(self) -> None:
@@ -99,6 +106,7 @@ class PatchStream:
         self._pending = []
         self._num_pending_pinned = 0
         self._num_pending_evict = 0
+        self._num_hidden = 0
 
     def check_invariants(self) -> None:
         if len(self._scale) > self.scale_frames:

@@ -9,8 +9,9 @@ offset g % page_size; each chunk is backed by one page. Only the last page may b
 Trajectory-memory bound (``max_frames`` = M, beyond the reference): when a step commits, every
 live chunk whose frames all lie outside the last M frames is released whole. Pinned chunks are
 never released, so the anchor (scale) frames keep their specials. With ``max_frames=None``
-nothing is ever released, as in the reference. Releases are deferred to ``commit()`` but hidden
-from the step's layout at once, like the patch window.
+nothing is ever released, as in the reference. Releases are deferred to ``commit()``, like
+the patch window's eviction, and hidden from the step's own layout only for a keyframe step
+(``hide_released``); a speculative step sees them until it is committed.
 """
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ class SpecialStream:
         self._live: deque[tuple[int, int]] = deque()  # (chunk, page), oldest first
         self._pending: list[tuple[int, int]] = []  # chunks opened by the pending step
         self._pending_tokens = 0
-        self._num_pending_release = 0
+        self._num_pending_release = 0  # live chunks the commit releases
+        self._num_hidden = 0  # of those, hidden from the pending step
 
     @staticmethod
     def pages_for_bound(page_size: int, tokens_per_frame: int, scale_frames: int,
@@ -61,7 +63,7 @@ class SpecialStream:
 
     def visible(self) -> tuple[list[int], int]:
         """(pages in order, tokens in the last page), pending step included; ([], 0) if empty."""
-        chunks = (self._pinned + list(self._live)[self._num_pending_release:]
+        chunks = (self._pinned + list(self._live)[self._num_hidden:]
                   + self._pending)
         # Pinned chunks opened by the pending step belong before the live ones; they are
         # only ever opened while no live chunk exists, so appending keeps the order.
@@ -73,7 +75,7 @@ class SpecialStream:
 
     def visible_token_range(self) -> list[tuple[int, int]]:
         """Global token ranges [start, end) that are visible, in layout order."""
-        chunks = (self._pinned + list(self._live)[self._num_pending_release:]
+        chunks = (self._pinned + list(self._live)[self._num_hidden:]
                   + self._pending)
         total = self.num_tokens + self._pending_tokens
         return [(c * self.page_size, min((c + 1) * self.page_size, total)) for c, _ in chunks]
@@ -89,12 +91,16 @@ class SpecialStream:
         return [p for _, p in self._pinned + list(self._live) + self._pending]
 
     # -- transaction -----------------------------------------------------------------------
-    def append(self, num_frames: int) -> list[tuple[int, int]]:
-        """Open the pages the step needs; return its (page, offset) slots in token order."""
+    def append(self, num_frames: int, hide_released: bool) -> list[tuple[int, int]]:
+        """Open the pages the step needs; return its (page, offset) slots in token order.
+
+        ``hide_released``: hide the chunks the commit releases from the step's view now.
+        """
         new_chunks = self._new_chunks(num_frames)
         self._pending = [(c, self.pool.allocate()) for c in new_chunks]
         self._pending_tokens = num_frames * self.tokens_per_frame
         self._num_pending_release = self._count_releasable(self.num_frames + num_frames)
+        self._num_hidden = self._num_pending_release if hide_released else 0
         tail = [self._live[-1]] if self._live else self._pinned[-1:]
         page_of = dict(tail + self._pending)
         start = self.num_tokens
@@ -143,6 +149,7 @@ class SpecialStream:
         self._pending = []
         self._pending_tokens = 0
         self._num_pending_release = 0
+        self._num_hidden = 0
 
     def check_invariants(self) -> None:
         chunks = [c for c, _ in self._pinned + list(self._live)]

@@ -1,16 +1,18 @@
 """LingBot-Map's streaming GCT network: weights and math, no per-stream state.
 
-Public API: ``GCTConfig`` (+ sub-configs), ``GCTModel`` with ``step()``, ``StepOutputs``,
-``StepTxn``, ``load_model`` / ``load_weights`` / ``read_state_dict``, ``CheckpointError``,
-and the pose helpers ``pose_to_c2w`` / ``pose_to_intrinsics``. See docs/model.md.
+Public API: ``GCTConfig`` (+ sub-configs), ``GCTModel`` (a stateless step: caches, plans and
+kernel choices are arguments), ``StepOutputs``, ``record_intermediates`` / ``TAP_KEYS``,
+``load_model`` / ``load_weights`` / ``read_state_dict``, ``CheckpointError``, and the pose
+helpers ``pose_to_c2w`` / ``pose_to_intrinsics``. See docs/model.md.
 """
 from .config import AggregatorConfig, CameraHeadConfig, DinoConfig, DPTConfig, GCTConfig
-from .gct import DEBUG_KEYS, GCTModel
+from .gct import GCTModel
 from .loader import CheckpointError, check_state_dict, load_model, load_weights, read_state_dict
 from .pose import pose_to_c2w, pose_to_intrinsics, quaternion_to_matrix
-from .step import StepOutputs, StepResult, StepTxn
+from .step import StepOutputs
+from .taps import TAP_KEYS, record_intermediates
 
 __all__ = ["AggregatorConfig", "CameraHeadConfig", "DinoConfig", "DPTConfig", "GCTConfig",
-           "DEBUG_KEYS", "GCTModel", "CheckpointError", "check_state_dict", "load_model",
-           "load_weights", "read_state_dict", "pose_to_c2w", "pose_to_intrinsics",
-           "quaternion_to_matrix", "StepOutputs", "StepResult", "StepTxn"]
+           "GCTModel", "CheckpointError", "check_state_dict", "load_model", "load_weights",
+           "read_state_dict", "pose_to_c2w", "pose_to_intrinsics", "quaternion_to_matrix",
+           "StepOutputs", "TAP_KEYS", "record_intermediates"]

@@ -10,7 +10,7 @@ Token layout per frame: ``[camera, reg_0 .. reg_{R-1}, scale, patch_0 .. patch_{
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
@@ -32,9 +32,8 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 class GlobalBlock(Block):
     """A block whose attention runs over the paged KV cache of its layer."""
 
-    def forward_cached(self, x: Tensor, rope: VideoRope, txn: "KVWriter",
-                       backend: "AttentionBackend", layer: int, kv_dtype: torch.dtype,
-                       debug: Optional[dict] = None) -> Tensor:
+    def forward(self, x: Tensor, rope: VideoRope, txn: "KVWriter", backend: "AttentionBackend",
+                layer: int, kv_dtype: torch.dtype, fused_qk: bool = False) -> Tensor:
         """Args:
             x: (N, C) the step's tokens, frame order (N = frames x tokens per frame).
             rope: 3D rotation for those tokens.
@@ -43,16 +42,15 @@ class GlobalBlock(Block):
             backend: attention over the visible pages (planned for this step).
             layer: global block index = cache layer.
             kv_dtype: cache storage dtype (q is cast to it as well).
+            fused_qk: as in ``Attention.forward``.
         Returns:
             (N, C).
         """
-        q, k, v = self.attn.project_qkv(self.norm1(x), rope)  # (N, h, d) each, rotated
+        q, k, v = self.attn.project_qkv(self.norm1(x), rope, fused_qk)  # (N, h, d), rotated
         txn.write(layer, k.to(kv_dtype), v.to(kv_dtype))
         with record_function("lingbot/global_attention"):
             out = backend.run(layer, q.to(kv_dtype))  # (N, h, d)
-        out = self.attn.proj(out.reshape(x.shape[0], -1))  # (N, C)
-        if debug is not None:
-            debug["global_block0_attn_out"] = out.detach().clone()
+        out = self.attn.proj(out.reshape(x.shape[0], -1))  # (N, h, d) -> (N, C)
         x = self.ls1.residual(x, out)
         return self.ffn_residual(x)
 
@@ -102,7 +100,7 @@ class Aggregator(nn.Module):
 
     def forward(self, images: Tensor, first_frame: int, num_scale_frames: int,
                 video_rope: VideoRope, kv_writer: "KVWriter", backend: "AttentionBackend",
-                debug: Optional[dict] = None) -> list[Tensor]:
+                fused_qk: bool = False) -> list[Tensor]:
         """One streaming step; the backend is already planned for it.
 
         Args:
@@ -114,7 +112,7 @@ class Aggregator(nn.Module):
             video_rope: 3D rotation of the step's tokens (``VideoRope.for_frames``).
             kv_writer: receives each global layer's K/V (the step's ``FrameTxn``).
             backend: attention backend over the cache storage, planned for this step.
-            debug: if a dict, receives intermediates of this step (see ``GCTModel.step``).
+            fused_qk: fused q/k-norm + RoPE kernel where it applies (``qk_fused``).
         Returns:
             The selected layers, each (n, T, 2C): concat of frame- and global-block outputs.
         """
@@ -127,31 +125,21 @@ class Aggregator(nn.Module):
         specials = self.special_tokens(first_frame, n, num_scale_frames)  # (n, S, C)
         x = torch.cat([specials, patches], dim=1)  # (n, T, C)
         tokens = x.shape[1]
-        if debug is not None:
-            debug["dino_patch_tokens"] = patches.detach().clone()
 
         frame_rope = FrameRope.for_grid(grid_hw, c.num_special_tokens, c.head_dim,
                                         c.frame_rope_base, x.device)
         selected = []
         for i in range(c.depth):
             with record_function("lingbot/frame_block"):
-                x = self.frame_blocks[i](x, frame_rope)  # (n, T, C)
+                x = self.frame_blocks[i](x, frame_rope, fused_qk)  # (n, T, C)
             frame_out = x
-            block_debug = {} if (debug is not None and i == 0) else None
             with record_function("lingbot/global_block"):  # attention included
-                x = self.global_blocks[i].forward_cached(  # (n, T, C) -> (n*T, C)
+                x = self.global_blocks[i](  # (n, T, C) -> (n*T, C)
                     x.reshape(n * tokens, -1), video_rope, kv_writer, backend, i, self.dtype,
-                    block_debug)
+                    fused_qk)
             x = x.reshape(n, tokens, -1)  # (n*T, C) -> (n, T, C)
-            if block_debug is not None:
-                debug["frame_block0_out"] = frame_out.detach().clone()
-                debug["global_block0_attn_out"] = block_debug["global_block0_attn_out"].reshape(
-                    n, tokens, -1)  # (n, T, C)
-                debug["global_block0_out"] = x.detach().clone()
             if i in c.selected_layers:
                 selected.append(torch.cat([frame_out, x], dim=-1))  # (n, T, 2C)
-        if debug is not None:
-            debug["aggregator_selected_layers"] = torch.stack(selected).detach().clone()
         return selected
 
     def video_rope(self, first_frame: int, num_frames: int,

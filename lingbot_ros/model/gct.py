@@ -1,20 +1,24 @@
-"""GCTModel: LingBot-Map's streaming Geometric Context Transformer, one step at a time.
+"""GCTModel: LingBot-Map's streaming Geometric Context Transformer: weights and math only.
 
-    model = GCTModel(GCTConfig.official())            # or load_model(path)
-    cache = PagedKVCache(model.config.cache_config((378, 504), scale_frames=8, window=64))
-    camera_cache = CameraKVCache(**model.config.camera_cache_dims())
-    backend = make_backend("torch_ref", cache.storage)
-    outputs, txn = model.step(frames[:8], cache, camera_cache, backend, num_scale_frames=8)
-    txn.commit()                                       # phase 1: the anchor frames, together
-    outputs, txn = model.step(frames[8:9], cache, camera_cache, backend, num_scale_frames=8)
-    txn.commit() if keyframe else txn.rollback()       # then one frame per step
+The model holds no per-stream state: the caches, their layout, the attention backend and
+the kernel choice are arguments of every call, so one model serves any number of streams.
+A stream's state and its step transactions live in ``session.StreamRunner``:
 
-The model holds weights only: caches, their layout and the attention backend are arguments,
-so one model serves any number of streams.
+    runner = StreamRunner(model, SessionConfig(...), image_hw=(378, 504))
+    txn = runner.begin(8, StepKind.KEYFRAME)     # phase 1: the anchor frames, together
+    outputs = runner.run(frames[:8], txn); txn.commit()
+    txn = runner.begin(1, StepKind.SPECULATIVE)  # then one frame per step
+    outputs = runner.run(frames[8:9], txn)
+    txn.commit() if keyframe else txn.rollback()
+
+What the runner calls, once the attention backend is planned for the step:
+
+    outputs = model(images, first_frame, num_scale_frames, video_rope, kv_writer, camera_txn,
+                    backend, with_depth=True, fused_qk=False)
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
@@ -27,17 +31,12 @@ from .config import GCTConfig
 from .dpt_head import DPTHead, activate_depth, activate_points
 from .layers import Attention
 from .pose import pose_to_c2w, pose_to_intrinsics
-from .step import StepOutputs, StepResult, StepTxn
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..attention.backend import AttentionBackend
-    from ..cache.camera_cache import CameraCacheTxn, CameraKVCache
+    from ..cache.camera_cache import CameraCacheTxn
     from ..cache.frame_txn import KVWriter
-    from ..cache.kv_cache import PagedKVCache
     from .rope import VideoRope
-
-DEBUG_KEYS = ("dino_patch_tokens", "frame_block0_out", "global_block0_attn_out",
-              "global_block0_out", "aggregator_selected_layers")
 
 
 class GCTModel(nn.Module):
@@ -86,22 +85,12 @@ class GCTModel(nn.Module):
                     module.k_norm.float()
         return self
 
-    def use_fused_kernels(self, mode: str = "auto") -> bool:
-        """Switch the fused q/k-norm + RoPE kernel of the rotary blocks (``qk_fused``).
-
-        Args:
-            mode: ``auto`` (on when the model is on CUDA in bf16 and Triton imports), ``on``
-                (the same, or RuntimeError), ``off``.
-        Returns:
-            Whether the kernel is now in use. The setting belongs to the model (shared by
-            every session that runs it); call after ``prepare``.
-        """
-        on = qk_fused.resolve(mode, self.aggregator.camera_token.device,
-                              self.aggregator.dtype)
-        for module in self.aggregator.modules():
-            if isinstance(module, Attention):
-                module.fused_qk = on
-        return on
+    def resolve_fused_kernels(self, mode: str = "auto") -> bool:
+        """Whether a stream running this model may use the fused q/k-norm + RoPE kernel
+        (``qk_fused``): ``auto`` (on CUDA in bf16 when Triton imports), ``on`` (the same, or
+        RuntimeError), ``off``. A query: the answer is the caller's to pass as ``fused_qk``."""
+        return qk_fused.resolve(mode, self.aggregator.camera_token.device,
+                                self.aggregator.dtype)
 
     @property
     def kv_dtype(self) -> torch.dtype:
@@ -109,69 +98,31 @@ class GCTModel(nn.Module):
         return self.aggregator.dtype
 
     @torch.no_grad()
-    def step(self, images: Tensor, kv_cache: "PagedKVCache", camera_cache: "CameraKVCache",
-             backend: "AttentionBackend", num_scale_frames: int, *, with_depth: bool = True,
-             with_points: bool = True, debug: Optional[dict] = None) -> StepResult:
-        """Run one streaming step speculatively; the caller commits or rolls it back.
+    def forward(self, images: Tensor, first_frame: int, num_scale_frames: int,
+                video_rope: "VideoRope", kv_writer: "KVWriter", camera_txn: "CameraCacheTxn",
+                backend: "AttentionBackend", with_depth: bool = True, with_points: bool = True,
+                fused_qk: bool = False) -> dict[str, Tensor]:
+        """One step's math once the attention backend is planned for it.
 
         Phase 1 is the first ``num_scale_frames`` frames in one step on empty caches (they
         attend to each other both ways); after that every step is one frame.
 
-        Args:
-            images: (n, 3, H, W) RGB in [0, 1] (any float dtype), H and W multiples of the
-                patch size, on the model's device.
-            kv_cache: the stream's paged KV cache (``config.cache_config`` shape and dtype).
-            camera_cache: the stream's camera-head cache (``config.camera_cache_dims``).
-            backend: attention backend over ``kv_cache.storage``.
-            num_scale_frames: phase-1 size (frames that get the first scale-token variant).
-            with_depth: run the depth head (switch off for speed).
-            with_points: run the point head when the model has one.
-            debug: optional dict; filled with this step's intermediates ``DEBUG_KEYS``, each
-                with a leading frame axis (``aggregator_selected_layers``: (4, n, T, 2C)).
-        Returns:
-            ``StepResult(outputs, txn)``; ``txn`` must be committed or rolled back before the
-            next step. On an exception both caches are rolled back and it propagates.
-        """
-        n = self.check_step(images, kv_cache, camera_cache, num_scale_frames)
-        image_hw = (images.shape[2], images.shape[3])
-        frame_txn = kv_cache.begin(n)
-        try:
-            camera_txn = camera_cache.begin(n)
-        except Exception:
-            frame_txn.rollback()
-            raise
-        txn = StepTxn(frame_txn, camera_txn)
-        try:
-            outputs = self._forward(images, image_hw, txn, backend, num_scale_frames,
-                                    with_depth, with_points, debug)
-        except Exception:
-            txn.rollback()
-            raise
-        return StepResult(outputs, txn)
-
-    def _forward(self, images: Tensor, image_hw: tuple[int, int], txn: StepTxn,
-                 backend: "AttentionBackend", num_scale_frames: int, with_depth: bool,
-                 with_points: bool, debug: Optional[dict]) -> StepOutputs:
-        grid_hw = self.config.patch_grid(image_hw)
-        video_rope = self.aggregator.video_rope(txn.first_frame, images.shape[0], grid_hw)
-        backend.plan(txn.frame_txn.layout)  # once per step, for every global layer
-        out = self.forward_planned(images, txn.first_frame, num_scale_frames, video_rope,
-                                   txn.frame_txn, txn.camera_txn, backend, with_depth,
-                                   with_points, debug)
-        return StepOutputs(time_index=txn.first_frame, **out)
-
-    def forward_planned(self, images: Tensor, first_frame: int, num_scale_frames: int,
-                        video_rope: "VideoRope", kv_writer: "KVWriter",
-                        camera_txn: "CameraCacheTxn", backend: "AttentionBackend",
-                        with_depth: bool = True, with_points: bool = True,
-                        debug: Optional[dict] = None) -> dict[str, Tensor]:
-        """The step's math once the attention backend is planned.
-
         Nothing here reads the cache state on the host: the rotation comes in ``video_rope``,
         K/V go to ``kv_writer``, the camera cache is reached through ``camera_txn``, and
         ``first_frame`` only picks the special-token variants (identical for every streaming
-        frame). That is what lets ``GraphedStep`` capture it once in a CUDA graph.
+        frame). That is what lets a CUDA graph capture it once.
 
+        Args:
+            images: (n, 3, H, W) RGB in [0, 1] (any float dtype), H and W multiples of the
+                patch size, on the model's device (``check_images``).
+            first_frame: time index of the step's first frame.
+            num_scale_frames: phase-1 size (frames that get the first scale-token variant).
+            video_rope: the step's 3D rotation (``aggregator.video_rope``).
+            kv_writer: where the global layers put their K/V (the step's ``FrameTxn``).
+            camera_txn: the step's camera-head cache transaction.
+            backend: attention backend over the paged storage, planned for the step.
+            with_depth / with_points: run the depth / point head (when the model has it).
+            fused_qk: the fused q/k-norm + RoPE kernel (``resolve_fused_kernels``).
         Returns:
             ``StepOutputs`` fields except ``time_index``.
         """
@@ -181,7 +132,7 @@ class GCTModel(nn.Module):
         # (see ``prepare``), which saves the ~1,000 casts per frame autocast would launch.
         with torch.autocast(device_type, enabled=False):
             layers = self.aggregator(images.float(), first_frame, num_scale_frames, video_rope,
-                                     kv_writer, backend, debug)
+                                     kv_writer, backend, fused_qk)
             # heads in float32
             layers = [t.float() for t in layers]  # each (n, T, 2C)
             with record_function("lingbot/camera_head"):
@@ -199,10 +150,8 @@ class GCTModel(nn.Module):
                     self.point_head(layers, patch_start, image_hw))
         return out
 
-    def check_step(self, images: Tensor, kv_cache: "PagedKVCache",
-                   camera_cache: "CameraKVCache", num_scale_frames: int) -> int:
-        """Raise ValueError unless ``images`` can be the next step on these caches; returns
-        the number of frames. Mutates nothing."""
+    def check_images(self, images: Tensor, num_scale_frames: int) -> int:
+        """Raise ValueError unless ``images`` is a valid step input; return its frame count."""
         if images.dim() != 4 or images.shape[1] != 3:
             raise ValueError(f"images must be (n, 3, H, W), got {tuple(images.shape)}")
         self.config.patch_grid((images.shape[2], images.shape[3]))
@@ -210,13 +159,6 @@ class GCTModel(nn.Module):
             raise ValueError("num_scale_frames must be a positive integer, got "
                              f"{num_scale_frames!r}")
         n = images.shape[0]
-        committed = kv_cache.frames_committed
-        if committed != camera_cache.num_frames:
-            raise ValueError(f"the KV cache holds {committed} committed frames and the camera "
-                             f"cache {camera_cache.num_frames}: reset both together")
-        if n > 1 and committed > 0:
-            raise ValueError(f"a step of {n} frames is only allowed on empty caches (phase 1); "
-                             f"{committed} frames are committed")
         if n > num_scale_frames:
             raise ValueError(f"a step of {n} frames exceeds num_scale_frames={num_scale_frames}")
         return n

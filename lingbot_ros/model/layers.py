@@ -57,11 +57,10 @@ class Attention(nn.Module):
     are normed in float32 (the q/k norm weights stay float32) and stay float32 through RoPE;
     they meet v's dtype only at the attention kernel.
 
-    ``fused_qk`` (set through ``GCTModel.use_fused_kernels``) runs norm + rotation + cast as
-    one Triton kernel (``qk_fused``) on CUDA tensors; the math is the same.
+    ``fused_qk`` (a per-call argument: the stream that runs the model decides, see
+    ``qk_fused.resolve``) runs norm + rotation + cast as one Triton kernel on CUDA tensors;
+    the math is the same.
     """
-
-    fused_qk = False
 
     def __init__(self, dim: int, num_heads: int, qk_norm: bool = False,
                  norm_eps: float = 1e-5) -> None:
@@ -73,19 +72,20 @@ class Attention(nn.Module):
         self.k_norm = nn.LayerNorm(self.head_dim, eps=norm_eps) if qk_norm else nn.Identity()
         self.proj = nn.Linear(dim, dim)
 
-    def forward(self, x: Tensor, rope: Optional[RopeFn] = None) -> Tensor:
+    def forward(self, x: Tensor, rope: Optional[RopeFn] = None, fused_qk: bool = False) -> Tensor:
         """Self-attention of every sequence in the batch over itself.
 
         Args:
             x: (B, N, C) normed tokens.
             rope: optional rotation applied to q and k after their norms.
+            fused_qk: norm + rotation as one fused kernel where it applies.
         Returns:
             (B, N, C) projected attention output.
         """
         b, n, c = x.shape
         h, d = self.num_heads, self.head_dim
         qkv = self.qkv(x)  # (B, N, 3C)
-        if self._fused(qkv, rope):
+        if fused_qk and self._fusable(qkv, rope):
             q, k = qk_fused.norm_rope(qkv.view(b * n, 3 * c), h, self.q_norm, self.k_norm,
                                       rope.tables())  # (B*N, h, d) each
             q, k = (t.view(b, n, h, d).transpose(1, 2) for t in (q, k))  # (B, h, N, d) views
@@ -98,13 +98,13 @@ class Attention(nn.Module):
         out = sdpa(q.to(v.dtype), k.to(v.dtype), v)  # (B, h, N, d)
         return self.proj(out.transpose(1, 2).reshape(b, n, c))  # (B, N, C)
 
-    def project_qkv(self, x: Tensor, rope: Optional[RopeFn] = None
+    def project_qkv(self, x: Tensor, rope: Optional[RopeFn] = None, fused_qk: bool = False
                     ) -> tuple[Tensor, Tensor, Tensor]:
         """Per-token heads of a flat token list.
 
         Args:
             x: (N, C) normed tokens.
-            rope: optional rotation of q and k, as in ``forward``.
+            rope, fused_qk: as in ``forward``.
         Returns:
             q, k, v: (N, heads, head_dim) each; q and k went through their norms and the
             rotation, and are in v's dtype when the fused kernel ran (else float32 with q/k
@@ -113,7 +113,7 @@ class Attention(nn.Module):
         n = x.shape[0]
         qkv = self.qkv(x)  # (N, 3C)
         v = qkv.view(n, 3, self.num_heads, self.head_dim)[:, 2]  # (N, h, d)
-        if self._fused(qkv, rope):
+        if fused_qk and self._fusable(qkv, rope):
             q, k = qk_fused.norm_rope(qkv, self.num_heads, self.q_norm, self.k_norm,
                                       rope.tables())
             return q, k, v
@@ -123,9 +123,9 @@ class Attention(nn.Module):
             q, k = rope(q), rope(k)
         return q, k, v
 
-    def _fused(self, qkv: Tensor, rope: Optional[RopeFn]) -> bool:
+    def _fusable(self, qkv: Tensor, rope: Optional[RopeFn]) -> bool:
         d = self.head_dim
-        return (self.fused_qk and qkv.is_cuda and rope is not None and hasattr(rope, "tables")
+        return (qkv.is_cuda and rope is not None and hasattr(rope, "tables")
                 and not isinstance(self.q_norm, nn.Identity) and d & (d - 1) == 0)
 
     def norm_qk(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
@@ -191,9 +191,9 @@ class Block(nn.Module):
         self.mlp = Mlp(dim, int(dim * mlp_ratio))
         self.ls2 = LayerScale(dim, layerscale_init)
 
-    def forward(self, x: Tensor, rope: Optional[RopeFn] = None) -> Tensor:
-        """Args: x (B, N, C); rope as in ``Attention.forward``. Returns (B, N, C)."""
-        x = self.ls1.residual(x, self.attn(self.norm1(x), rope))
+    def forward(self, x: Tensor, rope: Optional[RopeFn] = None, fused_qk: bool = False) -> Tensor:
+        """Args: x (B, N, C); rope, fused_qk as in ``Attention.forward``. Returns (B, N, C)."""
+        x = self.ls1.residual(x, self.attn(self.norm1(x), rope, fused_qk))
         return self.ffn_residual(x)
 
     def ffn_residual(self, x: Tensor) -> Tensor:

@@ -16,7 +16,9 @@ from functools import lru_cache
 import torch
 from torch import Tensor, nn
 
-MODES = ("auto", "on", "off")
+from ..config import FUSED_KERNEL_MODES
+
+MODES = FUSED_KERNEL_MODES  # the fused_kernels setting's values, defined in config.py
 
 
 @lru_cache(maxsize=1)

@@ -11,7 +11,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..config import (KeyframeConfig, NodeConfig, PreprocessConfig, SessionConfig)
+from ..config import (ATTENTION_BACKENDS, FLASHINFER_VARIANTS, FUSED_KERNEL_MODES, IMAGE_QOS,
+                      KEYFRAME_POLICIES, MAX_KV_SPLITS, PRECISIONS, TF_MODES, KeyframeConfig,
+                      NodeConfig, PreprocessConfig, SessionConfig)
 from ..session.factory import PRESETS
 
 
@@ -32,17 +34,17 @@ PARAMS: tuple[Param, ...] = (
     Param("model.preset", "tiny", "network size without a checkpoint", choices=PRESETS),
     Param("device", "cpu", "torch device: cpu | cuda | cuda:N"),
     Param("precision", "auto", "auto (bf16 aggregator on CUDA) | fp32 | bf16",
-          choices=("auto", "fp32", "bf16")),
+          choices=PRECISIONS),
     Param("attention.backend", "auto", "auto (flashinfer on CUDA when installed) | torch_ref | "
-          "flashinfer", choices=("auto", "torch_ref", "flashinfer")),
+          "flashinfer", choices=ATTENTION_BACKENDS),
     Param("attention.flashinfer_variant", "auto", "auto (fa3 on Hopper, else fa2) | fa2 | fa3",
-          choices=("auto", "fa2", "fa3")),
+          choices=FLASHINFER_VARIANTS),
     Param("attention.cuda_graphs", True, "replay streaming steps as CUDA graphs (CUDA + "
           "flashinfer; else eager)"),
     Param("attention.kv_splits", 4, "flashinfer split-KV parts per attention call (fills the "
-          "GPU; 1 = off)", 1, 8),
+          "GPU; 1 = off)", 1, MAX_KV_SPLITS),
     Param("attention.fused_kernels", "auto", "fused q/k-norm + RoPE Triton kernel: auto (CUDA "
-          "+ bf16 + Triton) | on | off", choices=("auto", "on", "off")),
+          "+ bf16 + Triton) | on | off", choices=FUSED_KERNEL_MODES),
     Param("input.width", 518, "model input width, multiple of 14", 14, 4088),
     Param("input.height", 0, "model input height, multiple of 14; 0 = from the aspect", 0, 4088),
     Param("session.num_scale_frames", 8, "anchor frames processed together first", 1, 64),
@@ -53,7 +55,7 @@ PARAMS: tuple[Param, ...] = (
     Param("cache.max_special_frames", -1, "trajectory memory bound in frames; -1 = all", -1,
           10_000_000),
     Param("cache.max_cache_bytes", -1, "KV pool byte budget; -1 = device memory", -1, 2**50),
-    Param("keyframes.policy", "all", "all | every_n | flow", choices=("all", "every_n", "flow")),
+    Param("keyframes.policy", "all", "all | every_n | flow", choices=KEYFRAME_POLICIES),
     Param("keyframes.n", 2, "every_n: keyframe interval", 1, 1000),
     Param("keyframes.flow_threshold", 10.0, "flow: mean pixel flow for a keyframe", 0.0, 1e4),
     Param("keyframes.max_gap", 30, "flow: at most this many frames between keyframes", 1, 10_000),
@@ -61,7 +63,7 @@ PARAMS: tuple[Param, ...] = (
     Param("topics.use_compressed", False, "subscribe <topics.image>/compressed instead"),
     Param("topics.camera_info", "camera_info", "camera info topic (optional input)"),
     Param("qos.image", "sensor_data", "sensor_data (best effort) | reliable",
-          choices=("sensor_data", "reliable")),
+          choices=IMAGE_QOS),
     Param("qos.image_depth", 5, "image subscription history depth", 1, 1000),
     Param("queue_size", 2, "latest-wins frames between callback and worker", 1, 100),
     Param("frames.map", "map", "world frame of poses, path, points and TF"),
@@ -70,7 +72,7 @@ PARAMS: tuple[Param, ...] = (
     Param("frames.camera", "", "camera frame; empty = the image header's frame_id"),
     Param("frames.camera_is_optical", True, "the camera frame has optical axes"),
     Param("tf.mode", "map_to_camera", "map_to_camera | map_to_odom | none",
-          choices=("map_to_camera", "map_to_odom", "none")),
+          choices=TF_MODES),
     Param("publish.points", False, "publish keyframe points on ~/points"),
     Param("publish.points_rate_hz", 1.0, "max point cloud rate", 0.01, 100.0),
     Param("publish.points_stride", 4, "pixel stride of the points", 1, 64),

@@ -14,8 +14,11 @@ before each replay:
 The attention plan (FlashInfer in CUDA-graph mode: index buffers of fixed size) runs on the
 host before the replay, once per frame, exactly as in eager mode; the camera-head attention
 spans the cache's whole capacity with a mask that the graph computes from the camera slot.
-Bookkeeping stays outside: the caches' ``begin``/``commit``/``rollback`` are the eager ones, so
-a graphed step is the same transaction as an eager one.
+Bookkeeping stays outside: the stream's ``StreamRunner`` opens and closes the step's
+transaction exactly as for an eager step and hands it in; this class only loads the buffers,
+plans and replays. The attention plan covers any page count up to the graph backend's fixed
+index buffers, so a speculative step (which sees one window frame more than a keyframe) needs
+no recapture.
 
 A graph is captured per ``with_depth`` the first time it is needed, and again only when a
 captured address moves (the KV pool or the camera cache grew, or the input size changed).
@@ -28,10 +31,10 @@ from typing import Optional
 
 import torch
 
-from ..attention import make_backend
+from ..attention import AttentionBackend
 from ..cache import CameraKVCache, PagedKVCache
 from ..model.rope import VideoRope
-from ..model.step import StepOutputs, StepResult, StepTxn
+from .step_txn import StepTxn
 
 
 class GraphCaptureError(RuntimeError):
@@ -74,17 +77,17 @@ class _Captured:
 
 
 class GraphedStep:
-    """Single-frame streaming steps of one session's caches, as CUDA-graph replays."""
+    """Single-frame streaming steps of one stream's caches, as CUDA-graph replays."""
 
     def __init__(self, model, kv_cache: PagedKVCache, camera_cache: CameraKVCache,
-                 variant: str, num_scale_frames: int, capture: bool = True,
-                 backend: str = "flashinfer", kv_splits: int = 1) -> None:
+                 backend: AttentionBackend, num_scale_frames: int, fused_qk: bool = False,
+                 capture: bool = True) -> None:
         """Args:
-            variant: FlashInfer variant of the captured attention (fa2 | fa3 | auto).
+            backend: attention backend the captured step runs (flashinfer built for CUDA
+                graphs, ``graph_query_tokens`` = tokens per frame).
+            fused_qk: the fused q/k-norm + RoPE kernel, as in ``GCTModel.forward``.
             capture: False runs the graph's body directly every step, through the same
                 static buffers (no CUDA needed): how the CPU tests check that body.
-            backend: attention backend when ``capture`` is False.
-            kv_splits: split-KV parts of each paged-attention call (``flashinfer_paged``).
         """
         device = kv_cache.storage.device
         if capture and device.type != "cuda":
@@ -92,13 +95,11 @@ class GraphedStep:
         self.model = model
         self.kv_cache = kv_cache
         self.camera_cache = camera_cache
+        self.backend = backend
         self.num_scale_frames = num_scale_frames
+        self.fused_qk = fused_qk
         self.capture = capture
         tokens = kv_cache.config.tokens_per_frame
-        self.backend = (make_backend("flashinfer", kv_cache.storage, variant,
-                                     graph_query_tokens=tokens, kv_splits=kv_splits) if capture
-                        else make_backend(backend, kv_cache.storage, variant,
-                                          kv_splits=kv_splits))
         self._time = torch.zeros(1, dtype=torch.int64, device=device)
         self._k_rows = torch.zeros(tokens, dtype=torch.int64, device=device)
         self._v_rows = torch.zeros(tokens, dtype=torch.int64, device=device)
@@ -108,42 +109,22 @@ class GraphedStep:
         self._graphs: dict[bool, _Captured] = {}
         self.captures = 0  # graphs captured so far (a recapture means an address moved)
 
-    def accepts(self, num_frames: int) -> bool:
+    def accepts(self, txn: StepTxn) -> bool:
         """One frame on a cache that holds the anchors: the only steps a graph replays."""
-        return num_frames == 1 and self.kv_cache.frames_committed >= max(1, self.num_scale_frames)
+        return txn.num_frames == 1 and txn.first_frame >= max(1, self.num_scale_frames)
 
     @torch.no_grad()
-    def step(self, images: torch.Tensor, with_depth: bool = True) -> StepResult:
-        """``GCTModel.step`` for one streaming frame, replayed; same transaction contract."""
-        if not self.accepts(images.shape[0]):
-            raise ValueError("GraphedStep runs single-frame steps after the anchor phase only")
-        self.model.check_step(images, self.kv_cache, self.camera_cache, self.num_scale_frames)
-        h, w = self.model.config.patch_grid((images.shape[2], images.shape[3]))
-        if h * w != self.kv_cache.config.page_size:
-            raise ValueError(f"a {images.shape[2]}x{images.shape[3]} image has {h * w} patches, "
-                             f"the cache pages hold {self.kv_cache.config.page_size}")
-        frame_txn = self.kv_cache.begin(1)
-        try:
-            camera_txn = self.camera_cache.begin(1)
-        except Exception:
-            frame_txn.rollback()
-            raise
-        txn = StepTxn(frame_txn, camera_txn)
-        try:
-            self._load(images, txn)
-            self.backend.plan(frame_txn.layout)
-            if self.capture:
-                captured = self._graph_for(with_depth, txn.first_frame)
-                captured.graph.replay()
-                # Copies: the next replay overwrites the static outputs; results outlive it.
-                outputs = {k: v.clone() for k, v in captured.outputs.items()}
-            else:
-                outputs = self._body(with_depth, txn.first_frame)()
-        except Exception:
-            txn.rollback()
-            raise
-        return StepResult(StepOutputs(time_index=txn.first_frame, **outputs), txn)
-
+    def run(self, images: torch.Tensor, txn: StepTxn, with_depth: bool = True) -> dict:
+        """The step's outputs (``StepOutputs`` fields but ``time_index``) for an open ``txn``
+        that ``accepts``; the caller closes the transaction."""
+        self._load(images, txn)
+        self.backend.plan(txn.frame_txn.layout)
+        if not self.capture:
+            return self._body(with_depth, txn.first_frame)()
+        captured = self._graph_for(with_depth, txn.first_frame)
+        captured.graph.replay()
+        # Copies: the next replay overwrites the static outputs; results outlive it.
+        return {k: v.clone() for k, v in captured.outputs.items()}
     def _load(self, images: torch.Tensor, txn: StepTxn) -> None:
         if self._image is None or self._image.shape != images.shape:
             self._image = torch.zeros(images.shape, dtype=torch.float32, device=images.device)
@@ -185,8 +166,8 @@ class GraphedStep:
             rope = VideoRope.for_time_indices(self._time, grid_hw, agg.num_special_tokens,
                                               agg.video_rope_dims, agg.video_rope_theta)
             camera = _StaticCameraTxn(self.camera_cache, self._camera_slot)
-            return model.forward_planned(self._image, first_frame, self.num_scale_frames, rope,
-                                         writer, camera, self.backend, with_depth=with_depth)
+            return model(self._image, first_frame, self.num_scale_frames, rope, writer, camera,
+                         self.backend, with_depth=with_depth, fused_qk=self.fused_qk)
         return run
 
     def _capture(self, with_depth: bool, first_frame: int) -> _Captured:

@@ -1,12 +1,18 @@
 """Keyframe policies: which streaming frames stay in the KV cache (the others roll back).
 
 A policy is a small stateful object per stream. The session, for each *streaming* frame
-(scale-phase frames never reach the policy), after the forward pass:
+(scale-phase frames never reach the policy):
 
-    if policy.decide(i, depth, K, c2w):   # pure query, no state change
+    known = policy.known_before_forward(i)      # True / False, or None: decided from outputs
+    txn = runner.begin(1, KEYFRAME if known else SPECULATIVE)   # what the step sees
+    ... forward ...
+    if known if known is not None else policy.decide(i, depth, K, c2w):   # pure queries
         txn.commit();   policy.on_keyframe(i, depth, K, c2w)
     else:
         txn.rollback()
+
+A keyframe known before its forward evicts, then attends; every other frame attends to the
+un-evicted window (the reference's deferred eviction: ``cache.StepKind``).
 
 and ``policy.reset()`` when the stream restarts (reset service, window rollover). After a
 reset the first ``decide`` is always True (the reference's "first streaming frame"). Frame
@@ -118,6 +124,8 @@ class KeyframePolicy(Protocol):
     def decide(self, frame_index: int, depth: Optional[Tensor] = None,
                K: Optional[Tensor] = None, c2w: Optional[Tensor] = None) -> bool: ...
 
+    def known_before_forward(self, frame_index: int) -> Optional[bool]: ...
+
     def on_keyframe(self, frame_index: int, depth: Optional[Tensor] = None,
                     K: Optional[Tensor] = None, c2w: Optional[Tensor] = None) -> None: ...
 
@@ -148,7 +156,10 @@ class _Base:
 
 
 class AllFrames(_Base):
-    """Every streaming frame is a keyframe."""
+    """Every streaming frame is a keyframe (known before its forward)."""
+
+    def known_before_forward(self, frame_index: int) -> Optional[bool]:
+        return self.decide(frame_index)
 
     def decide(self, frame_index: int, depth: Optional[Tensor] = None,
                K: Optional[Tensor] = None, c2w: Optional[Tensor] = None) -> bool:
@@ -157,7 +168,11 @@ class AllFrames(_Base):
 
 
 class EveryN(_Base):
-    """The first frame after a reset, then every frame ``n`` or more after the last keyframe."""
+    """The first frame after a reset, then every frame ``n`` or more after the last keyframe.
+
+    Decided by the index alone, so before the forward: keyframes evict first, the frames
+    between them are speculative steps that are rolled back.
+    """
 
     def __init__(self, n: int) -> None:
         super().__init__()
@@ -170,6 +185,9 @@ class EveryN(_Base):
         self._check_index(frame_index)
         last = self.last_keyframe_index
         return last is None or frame_index - last >= self.n
+
+    def known_before_forward(self, frame_index: int) -> Optional[bool]:
+        return self.decide(frame_index)
 
 
 class FlowKeyframes(_Base):
@@ -196,6 +214,12 @@ class FlowKeyframes(_Base):
         super().reset()
         self._ref_c2w = self._ref_K = None
         self.last_flow = None
+
+    def known_before_forward(self, frame_index: int) -> Optional[bool]:
+        """None: every frame's fate comes after its forward (the reference's v2 flow mode
+        defers the eviction of every frame, even one the gap rule will keep)."""
+        self._check_index(frame_index)
+        return None
 
     def decide(self, frame_index: int, depth: Optional[Tensor] = None,
                K: Optional[Tensor] = None, c2w: Optional[Tensor] = None) -> bool:

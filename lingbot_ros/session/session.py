@@ -8,14 +8,19 @@
 
 Start-up: the first ``num_scale_frames`` frames are buffered and run together (the
 bidirectional anchor phase), so no result exists until that many frames have arrived; then
-every push returns its own frame. Each streaming frame is appended speculatively, attended,
-and committed (keyframe) or rolled back (non-keyframe) in both caches.
+every push returns its own frame. Each streaming frame is one step of the stream's
+``StreamRunner`` (which owns the caches, the attention backend and the CUDA graphs): a
+keyframe known in advance (policy ``all``, the keyframes of ``every_n``) is begun as a
+keyframe step and sees the window its commit leaves; any other frame is begun speculatively,
+sees the un-evicted window, and is committed (eviction runs then) or rolled back once the
+policy has decided, in both caches.
 
-Unbounded streams: after ``rollover_keyframes`` keyframes in a window, a new window starts
+Unbounded streams: after ``rollover_keyframes`` keyframes in a segment, a new segment starts
 whose anchor frames are the last ``num_scale_frames`` keyframes (re-run as its scale phase);
 it is aligned to the previous one by Sim(3) (rotation and centre of the latest anchor, scale
 from the median depth ratio), so the published trajectory stays continuous while memory,
-RoPE time index and per-frame cost stay bounded.
+RoPE time index and per-frame cost stay bounded. ("Window" always means the KV window of
+``SessionConfig.window``; a segment is the stretch between two rollovers.)
 """
 from __future__ import annotations
 
@@ -27,21 +32,20 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..attention import choose_backend, make_backend
-from ..cache import CameraKVCache, PagedKVCache
+from ..cache import StepKind
 from ..config import SessionConfig
 from ..preprocess import CropInfo, preprocess
-from .graph_step import GraphCaptureError, GraphedStep
 from .keyframes import make_policy
 from .sim3 import Sim3, reference_alignment
 from .stats import LatencyWindow
+from .stream_runner import StreamRunner, fast_path_of
 from .trajectory import Trajectory
 from .types import FrameRejected, FrameResult
 
 
 @dataclass
 class _Keyframe:
-    """A committed frame kept for the next window's anchors."""
+    """A committed frame kept for the next segment's anchors."""
 
     image: torch.Tensor  # (3, H, W) model input on the device
     index: int
@@ -51,13 +55,13 @@ class _Keyframe:
 
 @dataclass(frozen=True)
 class Rollover:
-    """A window change, for diagnostics: the Sim(3) and how well the anchor stayed put."""
+    """A segment change, for diagnostics: the Sim(3) and how well the anchor stayed put."""
 
-    window: int  # the new window's number
-    frame_index: int  # the anchor frame (latest keyframe of the previous window)
-    alignment: Sim3  # new window -> world
-    anchor_c2w_published: np.ndarray  # (4, 4) as published in the previous window
-    anchor_c2w_aligned: np.ndarray  # (4, 4) the new window's estimate, aligned
+    segment: int  # the new segment's number
+    frame_index: int  # the anchor frame (latest keyframe of the previous segment)
+    alignment: Sim3  # new segment -> world
+    anchor_c2w_published: np.ndarray  # (4, 4) as published in the previous segment
+    anchor_c2w_aligned: np.ndarray  # (4, 4) the new segment's estimate, aligned
 
 
 @dataclass
@@ -76,15 +80,12 @@ class StreamingSession:
         self.device = torch.device(config.device)
         self.trajectory = Trajectory()
         self._policy = make_policy(config.keyframes)
-        self._kv: Optional[PagedKVCache] = None  # sized on the first frame (patch grid)
-        self._camera: Optional[CameraKVCache] = None
-        self._backend = None
-        self._graph: Optional[GraphedStep] = None  # the CUDA-graph fast path, when it applies
-        self._graph_failure: Optional[str] = None  # why capturing failed (then eager for good)
+        # The stream's caches, backend and graphs; sized on the first frame (patch grid).
+        self._runner: Optional[StreamRunner] = None
         self._model_hw: Optional[tuple[int, int]] = None
         self._latency = LatencyWindow()
-        # A model-wide switch: the last session built on a shared model decides.
-        self.fused_kernels = model.use_fused_kernels(config.fused_kernels)
+        # Checked now, so a setting this model cannot run fails before the first frame.
+        self.fused_kernels = model.resolve_fused_kernels(config.fused_kernels)
         self.reset()
 
     # -- public API ------------------------------------------------------------------------
@@ -113,32 +114,38 @@ class StreamingSession:
         return [self._run_streaming_frame(frame)]
 
     def reset(self) -> None:
-        """Forget the stream: caches (kept allocated), trajectory, window, policy, counters.
+        """Forget the stream: caches (kept allocated), trajectory, segment, policy, counters.
 
         The next frame may have another model input size (then the caches are reallocated).
         """
         self._size_locked = False
-        if self._kv is not None:
-            self._kv.reset()
-            self._camera.reset()
+        if self._runner is not None:
+            self._runner.reset()
         self.trajectory.reset()
         self._policy.reset()
         self._anchors_pending: list[_Pending] = []
         self._recent_keyframes: deque[_Keyframe] = deque(maxlen=self.config.num_scale_frames)
         self._streaming = False
         self._align = Sim3.identity()
-        self._window = 0
-        self._window_keyframes = 0
+        self._segment = 0
+        self._segment_keyframes = 0
         self._next_index = 0
         self._last_stamp: Optional[int] = None
         self._counts: Counter = Counter()
         self._latency.clear()
-        self.rollovers: deque[Rollover] = deque(maxlen=64)  # the most recent window changes
+        self.rollovers: deque[Rollover] = deque(maxlen=64)  # the most recent segment changes
 
     def info(self) -> dict:
-        """Counters, phase, window, timing and cache state (for services and diagnostics)."""
+        """Counters, phase, segment, timing and cache state (for services and diagnostics)."""
         c = self._counts
         rejected = {k[len("rejected_"):]: v for k, v in c.items() if k.startswith("rejected_")}
+        if self._runner is not None:
+            stream = self._runner.info()
+        else:
+            attention, fast_path = fast_path_of(self.model, self.config)
+            stream = {"attention": attention, "fast_path": fast_path,
+                      "fused_kernels": self.fused_kernels, "graph_captures": 0,
+                      "graph_capture_failures": 0, "cache": None, "camera_cache": None}
         return {
             "frames_in": c["frames_in"], "frames_processed": c["processed"],
             "keyframes": c["keyframes"], "non_keyframes": c["non_keyframes"],
@@ -146,19 +153,18 @@ class StreamingSession:
             "phase": "streaming" if self._streaming else "scale_frames",
             "scale_frames_buffered": len(self._anchors_pending),
             "startup_latency_frames": self.config.num_scale_frames,
-            "window": self._window, "window_keyframes": self._window_keyframes,
+            "segment": self._segment, "segment_keyframes": self._segment_keyframes,
             "rollovers": c["rollovers"], "model_hw": self._model_hw,
-            "attention": self._backend.name if self._backend is not None else
-            self._attention_choice()[0],
-            "fast_path": self.fast_path(),
-            "fused_kernels": self.fused_kernels,
-            "graph_captures": self._graph.captures if self._graph is not None else 0,
-            "graph_capture_failures": c["graph_capture_failures"],
             "trajectory_poses": len(self.trajectory),
             "latency_ms": self._latency.summary(),
-            "cache": self._kv.info() if self._kv is not None else None,
-            "camera_cache": self._camera.info() if self._camera is not None else None,
+            **stream,
         }
+
+    def fast_path(self) -> str:
+        """``cuda_graph`` when streaming steps are graph replays, else why they are eager."""
+        if self._runner is not None:
+            return self._runner.fast_path
+        return fast_path_of(self.model, self.config)[1]
 
     # -- input checks ----------------------------------------------------------------------
     def _check_stamp(self, stamp_ns) -> int:
@@ -186,51 +192,23 @@ class StreamingSession:
         return tensor, crop
 
     def _allocate(self, hw: tuple[int, int]) -> None:
-        cfg, mcfg = self.config, self.model.config
-        dtype = {torch.bfloat16: "bfloat16", torch.float16: "float16"}.get(
-            self.model.kv_dtype, "float32")
-        cache_cfg = mcfg.cache_config(hw, cfg.num_scale_frames, cfg.window, dtype=dtype,
-                                      device=cfg.device, **cfg.cache_extra())
-        self._kv = PagedKVCache(cache_cfg)
-        self._camera = CameraKVCache(**mcfg.camera_cache_dims(), device=cfg.device,
-                                     chunk_frames=cfg.camera_chunk_frames())
-        self._backend = make_backend(self._attention_choice()[0], self._kv.storage,
-                                     variant=cfg.flashinfer_variant, kv_splits=cfg.kv_splits)
-        self._graph = None
-        if self.fast_path() == "cuda_graph":
-            self._graph = GraphedStep(self.model, self._kv, self._camera, cfg.flashinfer_variant,
-                                      cfg.num_scale_frames, kv_splits=cfg.graph_kv_splits())
+        self._runner = None  # free the old size's GPU memory before allocating the new one
+        self._runner = StreamRunner(self.model, self.config, hw)
         self._model_hw = hw
-
-    def fast_path(self) -> str:
-        """``cuda_graph`` when streaming steps are graph replays, else why they are eager."""
-        cfg = self.config
-        if self._graph_failure is not None:
-            return f"eager ({self._graph_failure})"
-        if not cfg.cuda_graphs:
-            return "eager (cuda_graphs off)"
-        if self.device.type != "cuda":
-            return f"eager (device {self.device.type})"
-        backend, why = self._attention_choice()
-        if backend != "flashinfer":
-            return f"eager (attention backend {backend}; {why})"
-        return "cuda_graph"
-
-    def _attention_choice(self) -> tuple[str, str]:
-        return choose_backend(self.config.attention_backend, self.device, self.model.kv_dtype)
 
     # -- the two phases --------------------------------------------------------------------
     def _run_scale_phase(self) -> list[FrameResult]:
         frames, self._anchors_pending = self._anchors_pending, []
         t0 = time.perf_counter()
-        outputs, txn = self._step(torch.stack([f.image for f in frames]), with_depth=True)
+        outputs, txn = self._runner.step(torch.stack([f.image for f in frames]),
+                                         StepKind.KEYFRAME)
         txn.commit()
         # The world is the first frame's camera exactly: the network's own estimate for
         # frame 0 is only close to the identity (and arbitrary with random weights).
         first = outputs.c2w[0].double().cpu().numpy()
         self._align = Sim3.from_matrix(np.linalg.inv(first))
         self._streaming = True
-        self._window_keyframes = len(frames)
+        self._segment_keyframes = len(frames)
         results = [self._result(f, outputs, i, True, t0, len(frames))
                    for i, f in enumerate(frames)]
         for i, f in enumerate(frames):
@@ -241,42 +219,36 @@ class StreamingSession:
 
     def _run_streaming_frame(self, frame: _Pending) -> FrameResult:
         t0 = time.perf_counter()
-        outputs, txn = self._step(frame.image[None], with_depth=self._needs_depth())
+        # A keyframe known before the forward evicts first; any other frame is speculative
+        # and sees the un-evicted window (the reference's deferred eviction).
+        known = self._policy.known_before_forward(frame.index)
+        kind = StepKind.KEYFRAME if known else StepKind.SPECULATIVE
+        outputs, txn = self._runner.step(frame.image[None], kind,
+                                         with_depth=self._needs_depth())
         depth = outputs.depth[0, ..., 0] if outputs.depth is not None else None
-        keyframe = self._policy.decide(frame.index, depth, outputs.intrinsics[0], outputs.c2w[0])
+        keyframe = known if known is not None else self._policy.decide(
+            frame.index, depth, outputs.intrinsics[0], outputs.c2w[0])
         if keyframe:
             txn.commit()
             self._policy.on_keyframe(frame.index, depth, outputs.intrinsics[0], outputs.c2w[0])
-            self._window_keyframes += 1
+            self._segment_keyframes += 1
         else:
             txn.rollback()
         result = self._result(frame, outputs, 0, keyframe, t0, 1)
         if keyframe:
             self._remember_keyframe(frame, outputs, 0, result.c2w)
-            if self._window_keyframes >= (self.config.rollover_keyframes or 1 << 62):
+            if self._segment_keyframes >= (self.config.rollover_keyframes or 1 << 62):
                 self._rollover()
         return result
 
-    def _step(self, images: torch.Tensor, with_depth: bool):
-        if self._graph is not None and self._graph.accepts(images.shape[0]):
-            try:
-                return self._graph.step(images, with_depth=with_depth)
-            except GraphCaptureError as exc:
-                # The step was rolled back; go on eagerly for the rest of the session, and
-                # say why in info()["fast_path"] rather than fail every frame.
-                self._graph, self._graph_failure = None, str(exc)
-                self._counts["graph_capture_failures"] += 1
-        return self.model.step(images, self._kv, self._camera, self._backend,
-                               self.config.num_scale_frames, with_depth=with_depth)
-
     def _needs_depth(self) -> bool:
-        """Depth is needed for outputs, the flow policy, and the next window's anchors."""
+        """Depth is needed for outputs, the flow policy, and the next segment's anchors."""
         cfg = self.config
-        near_rollover = (cfg.rollover_keyframes is not None and self._window_keyframes
+        near_rollover = (cfg.rollover_keyframes is not None and self._segment_keyframes
                          >= cfg.rollover_keyframes - cfg.num_scale_frames)
         return cfg.with_depth or cfg.keyframes.policy == "flow" or near_rollover
 
-    # -- window rollover ---------------------------------------------------------------------
+    # -- segment rollover --------------------------------------------------------------------
     def _remember_keyframe(self, frame: _Pending, outputs, i: int, c2w_world: np.ndarray) -> None:
         depth = None
         if outputs.depth is not None:
@@ -284,12 +256,12 @@ class StreamingSession:
         self._recent_keyframes.append(_Keyframe(frame.image, frame.index, c2w_world, depth))
 
     def _rollover(self) -> None:
-        """Start a new window on the last anchors and align it to the current one."""
+        """Start a new segment on the last anchors and align it to the current one."""
         anchors = list(self._recent_keyframes)
-        self._kv.reset()
-        self._camera.reset()
+        self._runner.reset()
         self._policy.reset()
-        outputs, txn = self._step(torch.stack([a.image for a in anchors]), with_depth=True)
+        outputs, txn = self._runner.step(torch.stack([a.image for a in anchors]),
+                                         StepKind.KEYFRAME)
         txn.commit()
         last = len(anchors) - 1
         prev_depths = [a.depth for a in anchors]
@@ -299,19 +271,19 @@ class StreamingSession:
             anchors[last].c2w, curr_c2w[last],
             torch.stack([prev_depths[i] for i in paired]) if paired else None,
             outputs.depth[paired, ..., 0].float() if paired else None)
-        self._window += 1
-        self._window_keyframes = len(anchors)
+        self._segment += 1
+        self._segment_keyframes = len(anchors)
         self._counts["rollovers"] += 1
-        self.rollovers.append(Rollover(self._window, anchors[last].index, self._align,
+        self.rollovers.append(Rollover(self._segment, anchors[last].index, self._align,
                                        anchors[last].c2w, self._align.apply_c2w(curr_c2w[last])))
         # The anchors keep their published poses and depths (they are not emitted again);
-        # the policy restarts, so the next frame is the new window's first keyframe.
+        # the policy restarts, so the next frame is the new segment's first keyframe.
 
     # -- results -----------------------------------------------------------------------------
     def _result(self, frame: _Pending, outputs, i: int, keyframe: bool, t0: float,
                 num_frames: int) -> FrameResult:
-        c2w_window = outputs.c2w[i].double().cpu().numpy()
-        c2w = self._align.apply_c2w(c2w_window)
+        c2w_segment = outputs.c2w[i].double().cpu().numpy()
+        c2w = self._align.apply_c2w(c2w_segment)
         K_model = outputs.intrinsics[i].double().cpu().numpy()
         depth = conf = rgb = None
         if self.config.return_depth and outputs.depth is not None:
@@ -325,7 +297,7 @@ class StreamingSession:
         self._counts["keyframes" if keyframe else "non_keyframes"] += 1
         self.trajectory.append(frame.stamp_ns, c2w)
         return FrameResult(index=frame.index, stamp_ns=frame.stamp_ns, keyframe=keyframe,
-                           window=self._window, c2w=c2w,
+                           segment=self._segment, c2w=c2w,
                            pose_enc=outputs.pose_enc[i].float().cpu().numpy(),
                            K=frame.crop.K_to_original(K_model), K_model=K_model, crop=frame.crop,
                            latency_ms=latency_ms, depth=depth, depth_conf=conf, rgb=rgb)

@@ -25,16 +25,16 @@ class FrameResult:
     """The estimate for one input frame.
 
     Poses are camera-to-world with OpenCV optical axes (x right, y down, z forward); the
-    world is the first frame's camera, kept continuous across window rollovers by Sim(3)
+    world is the first frame's camera, kept continuous across segment rollovers by Sim(3)
     alignment (scale is the model's, monocular: not metric).
     """
 
     index: int  # frames processed since the last reset (0-based)
     stamp_ns: int  # the input stamp, unchanged
     keyframe: bool  # committed to the caches (scale-phase frames always are)
-    window: int  # rollovers since the last reset
+    segment: int  # rollovers since the last reset (the stretch between two rollovers)
     c2w: np.ndarray  # (4, 4) float64 camera-to-world in the world frame
-    pose_enc: np.ndarray  # (9,) float32 raw model output, in its window's frame
+    pose_enc: np.ndarray  # (9,) float32 raw model output, in its segment's frame
     K: np.ndarray  # (3, 3) float64 intrinsics of the ORIGINAL image
     K_model: np.ndarray  # (3, 3) float64 intrinsics at the model resolution
     crop: CropInfo  # original image <-> model input mapping

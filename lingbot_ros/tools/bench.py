@@ -13,7 +13,11 @@ frames, peak and steady GPU memory (sampled every 100 frames) and the cache stat
 wall-clock per push: each push ends with its results on the host, so they include every sync.
 
 ``--parity-frames N``: the fast path (graphs, FlashInfer) against the eager torch_ref path on
-the same N frames: max abs ``pose_enc`` difference and a NaN check.
+the same N frames: max abs ``pose_enc`` difference and a NaN check, for each configuration of
+``--parity-configs`` (e.g. ``default,every2,flow``: keyframes known in advance, speculative
+non-keyframes, every frame speculative). The difference is taken up to the first frame
+whose keyframe decision differs between the two paths (reported; later frames then see other
+caches).
 ``--profile``: where the GPU time of a steady frame goes, by kernel family (torch.profiler),
 and per model stage (for a graphed configuration, from the same step launched eagerly).
 Prints a table and writes JSON.
@@ -41,6 +45,8 @@ CONFIGS = {  # name -> overrides of the default setup
     "eager": {"cuda_graphs": False},
     "iter1": {"iterations": 1},
     "every2": {"keyframes": KeyframeConfig(policy="every_n", n=2)},
+    # every frame speculative, kept when the camera-motion flow passes 10 px (or 30 frames)
+    "flow": {"keyframes": KeyframeConfig(policy="flow", flow_threshold=10.0, max_gap=30)},
     "nodepth": {"with_depth": False},
     "518x378": {"hw": (378, 518)},
     "split1": {"kv_splits": 1},  # flashinfer split-KV off / other part counts
@@ -144,31 +150,41 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
     return result
 
 
-def run_parity(args, device: str) -> dict:
+def run_parity(args, device: str, name: str = "default") -> dict:
     """Fast path (graphs + FlashInfer) vs the eager torch_ref path on the same frames."""
     images = _images((args.height, args.width))
     model = _model(args, 4, device)
-    poses = {}
-    for label, over in (("fast", {}), ("eager_torch_ref", {"cuda_graphs": False})):
-        extra = ({"attention_backend": "torch_ref", "fused_kernels": "off"}
-                 if label == "eager_torch_ref" else {})
+    over = {k: v for k, v in CONFIGS[name].items() if k == "keyframes"}
+    runs = {}
+    for label, extra in (("fast", {}), ("eager_torch_ref", {
+            "cuda_graphs": False, "attention_backend": "torch_ref", "fused_kernels": "off"})):
         cfg = _session_config(args, over, device, **extra)
         session = StreamingSession(model, cfg)
         out = []
         for i in range(args.parity_frames):
-            out += [r.pose_enc for r in session.push(images[i % len(images)], 1_000 + i)]
-        poses[label] = np.stack(out)
+            out += session.push(images[i % len(images)], 1_000 + i)
         info = session.info()
-        poses[label + "_path"] = (f"{info['fast_path']}, {info['attention']}, fused kernels "
-                                  f"{'on' if info['fused_kernels'] else 'off'}")
+        runs[label] = (np.stack([r.pose_enc for r in out]), [r.keyframe for r in out],
+                       f"{info['fast_path']}, {info['attention']}, fused kernels "
+                       f"{'on' if info['fused_kernels'] else 'off'}")
         del session
         gc.collect()
-    diff = np.abs(poses["fast"] - poses["eager_torch_ref"])
-    return {"frames": args.parity_frames, "fast_path": poses["fast_path"],
-            "reference_path": poses["eager_torch_ref_path"],
+    (fast, fast_kf, fast_path), (ref, ref_kf, ref_path) = runs["fast"], runs["eager_torch_ref"]
+    differs = [i for i, (a, b) in enumerate(zip(fast_kf, ref_kf)) if a != b]
+    upto = differs[0] + 1 if differs else len(fast)  # the first differing frame included
+    diff = np.abs(fast[:upto] - ref[:upto])
+    window_fill = next((i for i, n in enumerate(np.cumsum(ref_kf))
+                        if n >= 8 + 64), None)  # anchors + window, as _session_config sets
+    return {"config": name, "frames": args.parity_frames, "fast_path": fast_path,
+            "reference_path": ref_path, "keyframes": int(sum(ref_kf)),
+            "frames_past_window_fill": (len(ref_kf) - window_fill - 1
+                                        if window_fill is not None else 0),
+            "keyframe_decisions_agree": not differs,
+            "first_differing_decision": differs[0] if differs else None,
+            "frames_compared": upto,
             "pose_enc_max_abs_diff": float(diff.max()),
             "pose_enc_max_abs_diff_last_frame": float(diff[-1].max()),
-            "nan": bool(np.isnan(poses["fast"]).any() or np.isnan(poses["eager_torch_ref"]).any())}
+            "nan": bool(np.isnan(fast).any() or np.isnan(ref).any())}
 
 
 def main(argv=None) -> int:
@@ -187,6 +203,8 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--parity-frames", type=int, default=0,
                    help="also compare the fast path with eager torch_ref over N frames")
+    p.add_argument("--parity-configs", default="default",
+                   help="comma list of configs whose keyframe policy the parity check runs")
     p.add_argument("--profile", nargs="?", const="all", default="",
                    help="GPU time by kernel family and by stage: every config, or a comma list")
     p.add_argument("--out", default="bench.json")
@@ -209,8 +227,12 @@ def main(argv=None) -> int:
               "command": "lingbot-ros-bench " + " ".join(sys.argv[1:] if argv is None else argv),
               "runs": []}
     if args.parity_frames:  # first: the accuracy of the fast path is the precondition
-        report["parity"] = run_parity(args, args.device)
-        print("parity: " + json.dumps(report["parity"]), flush=True)
+        report["parity"] = []
+        for name in (c.strip() for c in args.parity_configs.split(",") if c.strip()):
+            if name not in CONFIGS:
+                p.error(f"unknown parity config {name!r}; choose from {list(CONFIGS)}")
+            report["parity"].append(run_parity(args, args.device, name))
+            print("parity: " + json.dumps(report["parity"][-1]), flush=True)
     print(f"{'config':<9} {'path':<11} {'p50 ms':>7} {'p90 ms':>7} {'p99 ms':>7} {'FPS':>6} "
           f"{'1st 10%':>8} {'last 10%':>9} {'peak GiB':>9} {'steady GiB':>11}")
     for name, frames in runs:

@@ -6,8 +6,10 @@ A fixture folder holds ``config.json`` (architecture + streaming settings), ``mo
 (reference key names, loaded strictly), ``frames.safetensors`` (``frames`` [N, 3, H, W] in
 [0, 1]) and ``expected.safetensors``. The run follows the fixture README: phase 1 on the first
 ``num_scale_frames`` frames in one step, then one frame per step; with a keyframe interval
-k > 1 the non-keyframes are rolled back. Every expected key is compared (a key the run does
-not produce is a failure):
+k > 1 the keyframes are begun as keyframe steps (evict, then attend) and the non-keyframes as
+speculative steps (attend to the un-evicted window) that are rolled back, as the reference's
+deferred eviction does. Every expected key is compared (a key the run does not produce is a
+failure):
 
     pose_enc, pose_enc_list        max abs diff    <= 1e-5
     depth, depth_conf              max rel diff    <= 5e-5
@@ -28,10 +30,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from ..attention import make_backend
-from ..cache import PagedKVCache
-from ..cache.camera_cache import CameraKVCache
-from ..model import DEBUG_KEYS, GCTConfig, GCTModel, load_weights
+from ..config import SessionConfig
+from ..model import TAP_KEYS, GCTConfig, GCTModel, load_weights, record_intermediates
+from ..session import StepKind, StreamRunner
 
 TOLERANCES = {"pose": 1e-5, "dense": 5e-5, "debug": 2e-5}
 DEBUG_KEY = re.compile(r"^debug/f(\d+)_(.+)$")
@@ -60,11 +61,14 @@ def run_fixture(fixture: Path, backend_name: str = "torch_ref") -> dict[str, tor
     expected_keys = load_file(str(fixture / "expected.safetensors")).keys()
     debug_frames = {int(m.group(1)) for k in expected_keys if (m := DEBUG_KEY.match(k))}
 
-    image_hw = (frames.shape[2], frames.shape[3])
-    cache = PagedKVCache(config.cache_config(image_hw, stream["kv_cache_scale_frames"],
-                                             stream["kv_cache_sliding_window"]))
-    camera_cache = CameraKVCache(**config.camera_cache_dims())
-    backend = make_backend(backend_name, cache.storage)
+    if stream.get("kv_cache_scale_frames", s0) != s0:
+        raise ValueError("parity: the fixture pins kv_cache_scale_frames to "
+                         f"{stream['kv_cache_scale_frames']}, num_scale_frames is {s0}; our "
+                         "streams use one number for both")
+    runner = StreamRunner(model, SessionConfig(
+        num_scale_frames=s0, window=stream["kv_cache_sliding_window"], rollover_keyframes=None,
+        attention_backend=backend_name, cuda_graphs=False, device="cpu"),
+        image_hw=(frames.shape[2], frames.shape[3]))
 
     per_frame: dict[str, list] = {k: [] for k in
                                   ("pose_enc", "pose_enc_list", "depth", "depth_conf")}
@@ -76,24 +80,24 @@ def run_fixture(fixture: Path, backend_name: str = "torch_ref") -> dict[str, tor
         n = min(s0, frames.shape[0]) if start == 0 else 1
         keyframe = start < s0 or kf <= 1 or (start - s0) % kf == 0
         wanted = sorted(f for f in debug_frames if start <= f < start + n)
-        debug = {} if wanted else None
-        outputs, txn = model.step(frames[start:start + n], cache, camera_cache, backend, s0,
-                                  debug=debug)
+        txn = runner.begin(n, StepKind.KEYFRAME if keyframe else StepKind.SPECULATIVE)
+        with record_intermediates(model) as taps:
+            outputs = runner.run(frames[start:start + n], txn)
         txn.commit() if keyframe else txn.rollback()
         per_frame["pose_enc"].append(outputs.pose_enc)
         per_frame["pose_enc_list"].append(outputs.pose_enc_list)
         per_frame["depth"].append(outputs.depth)
         per_frame["depth_conf"].append(outputs.depth_conf)
-        info = cache.info()
+        info = runner.info()
         for _ in range(n):
-            counts["total_frames_processed"].append(info["frames_committed"])
-            counts["kv_full_frames"].append(info["frames_cached"])
-            counts["kv_special_only_frames"].append(info["frames_committed"]
-                                                    - info["frames_cached"])
-            counts["camera_head_frames"].append(camera_cache.num_frames)
+            counts["total_frames_processed"].append(info["cache"]["frames_committed"])
+            counts["kv_full_frames"].append(info["cache"]["frames_cached"])
+            counts["kv_special_only_frames"].append(info["cache"]["frames_committed"]
+                                                    - info["cache"]["frames_cached"])
+            counts["camera_head_frames"].append(info["camera_cache"]["frames_cached"])
         for f in wanted:
-            for name in DEBUG_KEYS:
-                t, local = debug[name], f - start
+            for name in TAP_KEYS:
+                t, local = taps[name], f - start
                 layered = name == "aggregator_selected_layers"  # (4, n, T, 2C)
                 debug_out[f"debug/f{f}_{name}"] = t[:, local] if layered else t[local]
         start += n

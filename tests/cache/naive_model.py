@@ -2,7 +2,9 @@
 
 It knows nothing about pages except the one rule that needs them (specials are released in
 whole pages): it keeps the committed frames in a list and recomputes the visible set from
-scratch every time.
+scratch every time. The deferred-eviction rule: a keyframe step sees the cache as it will be
+once committed; a speculative step sees the committed cache as it is (nothing trimmed) plus
+its own frames.
 """
 from __future__ import annotations
 
@@ -21,12 +23,19 @@ class NaiveCache:
     max_special_frames: int | None
     committed: list[int] = field(default_factory=list)  # frame uids since reset
     pending: list[int] = field(default_factory=list)
+    pending_speculative: bool = False  # the pending step's kind
 
     def visible(self) -> list[tuple[int, int]]:
         """(frame uid, token index in frame) of every visible token, layout order."""
         frames = self.committed + self.pending
         pinned = frames[:self.scale_frames]
-        windowed = frames[self.scale_frames:][-self.window:] if self.window else []
+        if self.pending_speculative:  # the committed window untrimmed, then the step's own
+            windowed = (self.committed[self.scale_frames:][-self.window:]
+                        + [f for f in self.pending if f not in pinned])
+        else:
+            windowed = frames[self.scale_frames:][-self.window:]
+        # Specials are trimmed by the frame count after the commit, or before it (speculative).
+        kept_count = len(self.committed) if self.pending_speculative else len(frames)
         out = [(f, NUM_SPECIAL + i) for f in pinned + windowed for i in range(self.page_size)]
         num_tokens = NUM_SPECIAL * len(frames)
         ps = self.page_size
@@ -34,7 +43,7 @@ class NaiveCache:
         for chunk in range(-(-num_tokens // ps)):
             last_frame = ((chunk + 1) * ps - 1) // NUM_SPECIAL
             released = (self.max_special_frames is not None and chunk >= pinned_chunks
-                        and last_frame < len(frames) - self.max_special_frames)
+                        and last_frame < kept_count - self.max_special_frames)
             if not released:
                 for g in range(chunk * ps, min((chunk + 1) * ps, num_tokens)):
                     out.append((frames[g // NUM_SPECIAL], g % NUM_SPECIAL))

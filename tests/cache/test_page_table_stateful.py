@@ -1,7 +1,12 @@
 """Hypothesis stateful test: >= 10,000 random cache operations against a naive model.
 
 After every operation the K/V gathered from the pages equals the naive expectation token for
-token, the invariants hold, and misuse leaves the state untouched.
+token, the invariants hold, and misuse leaves the state untouched. Steps are opened as
+keyframe or speculative steps at random; a twin cache runs the same frames, always opened as
+keyframes, to pin down the deferred-eviction rule:
+
+* a speculative step sees exactly the committed cache's tokens plus its own;
+* once committed (or rolled back), the cache equals its twin, page for page.
 """
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,
                                  rule, run_state_machine_as_test)
 
-from lingbot_ros.cache import CacheError, PagedKVCache, TransactionError
+from lingbot_ros.cache import CacheError, PagedKVCache, StepKind, TransactionError
 from lingbot_ros.config import CacheConfig
 from tests.cache.naive_model import NaiveCache, expected_kv, frame_kv, state_info
 
@@ -26,6 +31,21 @@ def snapshot(cache: PagedKVCache):
             t.patches.visible_pages(), t.specials.visible())
 
 
+def visible_rows(cache: PagedKVCache) -> set[int]:
+    """K-slot rows of every token a query sees now (pending step included)."""
+    layout = cache.current_layout()
+    return set() if layout is None else set(layout.token_slots().tolist())
+
+
+def visible_kv(cache: PagedKVCache) -> list[torch.Tensor]:
+    layout = cache.current_layout()
+    if layout is None:
+        return []
+    rows = layout.token_slots()
+    return [cache.storage.layer_tokens(layer)[torch.cat([rows, rows + cache.config.page_size])]
+            for layer in range(NUM_LAYERS)]
+
+
 class CacheMachine(RuleBasedStateMachine):
     @initialize(page_size=st.integers(2, 5), scale=st.integers(0, 3), window=st.integers(1, 4),
                 bound=st.one_of(st.none(), st.integers(3, 6)), chunk=st.integers(1, 3))
@@ -34,8 +54,9 @@ class CacheMachine(RuleBasedStateMachine):
                                page_size=page_size, scale_frames=scale, window=window,
                                max_special_frames=bound, special_chunk_frames=chunk)
         self.cache = PagedKVCache(self.cfg)
+        self.twin = PagedKVCache(self.cfg)  # the same frames, every step a keyframe step
         self.naive = NaiveCache(page_size, scale, window, bound)
-        self.txn = None
+        self.txn = self.twin_txn = None
         self.done = None  # the last finished step, for misuse checks
         self.next_uid = 1
 
@@ -48,49 +69,68 @@ class CacheMachine(RuleBasedStateMachine):
         return windowed <= self.cfg.window and bound_ok and n <= free_pages
 
     @precondition(lambda self: self.txn is None)
-    @rule(n=st.sampled_from([1, 1, 1, 1, 2, 3, 5]))
-    def begin(self, n):
+    @rule(n=st.sampled_from([1, 1, 1, 1, 2, 3, 5]),
+          kind=st.sampled_from([StepKind.KEYFRAME, StepKind.SPECULATIVE]))
+    def begin(self, n, kind):
         OPS["count"] += 1
         if not self._step_frames_ok(n):
             before = snapshot(self.cache)
             with pytest.raises(CacheError):
-                self.cache.begin(n)
+                self.cache.begin(n, kind)
             assert snapshot(self.cache) == before
             return
-        self.txn = self.cache.begin(n)
+        committed_rows = visible_rows(self.cache)
+        self.txn = self.cache.begin(n, kind)
+        self.twin_txn = self.twin.begin(n, StepKind.KEYFRAME)
         uids = list(range(self.next_uid, self.next_uid + n))
         self.next_uid += n
         assert self.txn.first_frame == len(self.naive.committed)
+        assert self.txn.kind is kind
         kvs = [frame_kv(u, NUM_LAYERS, self.cfg.tokens_per_frame) for u in uids]
         for layer in range(NUM_LAYERS):
             k = torch.cat([kv[0][layer] for kv in kvs])  # (n * tokens_per_frame, 1, 2)
             v = torch.cat([kv[1][layer] for kv in kvs])
             self.txn.write(layer, k, v)
+            self.twin_txn.write(layer, k, v)
         self.naive.pending = uids
+        self.naive.pending_speculative = kind is StepKind.SPECULATIVE
+        if kind is StepKind.SPECULATIVE:
+            # The rule itself: the committed view, untouched, plus the step's own tokens.
+            own = set(self.txn.write_rows[0].tolist())
+            assert visible_rows(self.cache) == committed_rows | own
+            assert not committed_rows & own
+
+    def _finish(self, action: str):
+        OPS["count"] += 1
+        getattr(self.txn, action)()
+        getattr(self.twin_txn, action)()
+        if action == "commit":
+            self.naive.committed += self.naive.pending
+        self.naive.pending, self.naive.pending_speculative = [], False
+        self.txn, self.twin_txn, self.done = None, None, self.txn
+        # Whatever the step saw, the state after it equals the keyframe twin's.
+        assert snapshot(self.cache) == snapshot(self.twin)
+        for a, b in zip(visible_kv(self.cache), visible_kv(self.twin)):
+            assert torch.equal(a, b)
 
     @precondition(lambda self: self.txn is not None)
     @rule()
     def commit(self):
-        OPS["count"] += 1
-        self.txn.commit()
-        self.naive.committed += self.naive.pending
-        self.naive.pending = []
-        self.txn, self.done = None, self.txn
+        self._finish("commit")
 
     @precondition(lambda self: self.txn is not None)
     @rule()
     def rollback(self):
-        OPS["count"] += 1
-        self.txn.rollback()
-        self.naive.pending = []
-        self.txn, self.done = None, self.txn
+        self._finish("rollback")
 
     @rule()
     def reset(self):
         OPS["count"] += 1
         old = self.txn
         self.cache.reset()
-        self.naive.committed, self.naive.pending, self.txn = [], [], None
+        self.twin.reset()
+        self.naive.committed, self.naive.pending, self.txn, self.twin_txn = [], [], None, None
+        self.naive.pending_speculative = False
         if old is not None:  # a step begun before the reset can no longer land
             with pytest.raises(TransactionError):
                 old.commit()

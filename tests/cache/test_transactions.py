@@ -2,15 +2,15 @@
 import pytest
 import torch
 
-from lingbot_ros.cache import CacheError, PagedKVCache, TransactionError
+from lingbot_ros.cache import CacheError, PagedKVCache, StepKind, TransactionError
 from lingbot_ros.config import CacheConfig
 from tests.cache.naive_model import state_info
 
 CFG = CacheConfig(num_layers=2, num_heads=1, head_dim=2, page_size=8, scale_frames=2, window=3)
 
 
-def _step(cache, value: float, n: int = 1):
-    txn = cache.begin(n)
+def _step(cache, value: float, n: int = 1, kind=StepKind.KEYFRAME):
+    txn = cache.begin(n, kind)
     kv = torch.full((n * cache.config.tokens_per_frame, 1, 2), value)
     for layer in range(cache.config.num_layers):
         txn.write(layer, kv, kv)
@@ -49,16 +49,68 @@ def test_rollback_restores_everything_including_a_partial_special_page():
     assert _equal(_state(cache), before)
 
 
-def test_speculative_step_sees_what_it_would_see_committed():
+def _patch_frames(cache):
+    return cache.table.patches.visible_frames()
+
+
+def test_keyframe_step_sees_the_window_its_commit_leaves():
     cache = PagedKVCache(CFG)
     _step(cache, 1.0, n=2).commit()
-    for i in range(4):
+    for i in range(3):
         _step(cache, 2.0 + i).commit()
+    assert _patch_frames(cache) == [0, 1, 2, 3, 4]  # scale 2 + a full window of 3
     txn = _step(cache, 7.0)
-    # scale 2 + window 3 (the current frame included): the oldest window frame is hidden.
-    assert txn.layout.num_pages - 0 == 5 + len(cache.table.specials.visible()[0])
+    # append, evict, attend: frame 2 is already out of its view
+    assert _patch_frames(cache) == [0, 1, 3, 4, 5]
+    assert txn.layout.num_pages == 5 + len(cache.table.specials.visible()[0])
     txn.commit()
+    assert _patch_frames(cache) == [0, 1, 3, 4, 5]
     assert cache.info()["frames_cached"] == 5
+
+
+def test_speculative_step_sees_the_untrimmed_window_and_its_commit_evicts():
+    cache = PagedKVCache(CFG)
+    _step(cache, 1.0, n=2).commit()
+    for i in range(3):
+        _step(cache, 2.0 + i).commit()
+    before = _state(cache)
+    txn = _step(cache, 7.0, kind=StepKind.SPECULATIVE)
+    assert txn.kind is StepKind.SPECULATIVE
+    # append, attend: the oldest window frame (2) is still seen, one frame more than a keyframe
+    assert _patch_frames(cache) == [0, 1, 2, 3, 4, 5]
+    assert txn.layout.num_pages == 6 + len(cache.table.specials.visible()[0])
+    txn.rollback()  # nothing was evicted: nothing to restore
+    assert _equal(_state(cache), before)
+    txn = _step(cache, 7.0, kind=StepKind.SPECULATIVE)
+    txn.commit()  # the deferred eviction runs now
+    assert _patch_frames(cache) == [0, 1, 3, 4, 5]
+    assert cache.info()["frames_cached"] == 5
+
+
+def test_speculative_step_keeps_releasable_specials_visible_until_commit():
+    cfg = CacheConfig(num_layers=1, num_heads=1, head_dim=2, page_size=6, scale_frames=1,
+                      window=1, max_special_frames=2)  # one frame of specials per page
+    cache = PagedKVCache(cfg)
+    for i in range(4):
+        _step(cache, float(i)).commit()
+    committed = cache.current_layout().num_kv_tokens
+    txn = _step(cache, 9.0, kind=StepKind.SPECULATIVE)
+    spec_tokens = txn.layout.num_kv_tokens
+    txn.rollback()
+    txn = _step(cache, 9.0)
+    key_tokens = txn.layout.num_kv_tokens
+    txn.commit()
+    # the speculative view: everything committed + its own frame (patch page + 6 specials)
+    assert spec_tokens == committed + cfg.tokens_per_frame
+    # the keyframe view also drops one window frame's patches and one frame's specials
+    assert key_tokens == spec_tokens - cfg.page_size - cfg.num_special
+
+
+def test_step_kind_is_checked_before_anything_changes():
+    cache = PagedKVCache(CFG)
+    with pytest.raises(ValueError, match="step kind must be one of"):
+        cache.begin(1, "maybe")
+    assert cache.info()["frames_seen"] == 0 and cache.pending is None
 
 
 def test_misuse_is_refused_with_a_clear_message_and_no_change():

@@ -2,26 +2,26 @@
 (under bf16 autocast) had them, heads in float32; tracks the float32 network closely."""
 import torch
 
-from lingbot_ros.attention import make_backend
-from lingbot_ros.cache import CameraKVCache, PagedKVCache
+from lingbot_ros.model import record_intermediates
 from lingbot_ros.model.layers import Attention
+from lingbot_ros.session import StepKind
 from tests.session.micro_model import micro_model
+from tests.session.runners import make_runner
 
 HW, NSF = (42, 56), 2
 
 
-def stream(model, images, dtype):
-    cache = PagedKVCache(model.config.cache_config(HW, NSF, 3, dtype=dtype))
-    camera = CameraKVCache(**model.config.camera_cache_dims())
-    backend = make_backend("torch_ref", cache.storage)
-    poses, debug = [], {}
+def stream(model, images):
+    runner = make_runner(model, HW, NSF, 3)
+    poses = []
     for start in [0] + list(range(NSF, images.shape[0])):
         n = NSF if start == 0 else 1
-        out, txn = model.step(images[start:start + n], cache, camera, backend, NSF,
-                              debug=debug if start == 0 else None)
+        with record_intermediates(model) as taps:
+            out, txn = runner.step(images[start:start + n], StepKind.KEYFRAME)
         txn.commit()
+        debug = taps if start == 0 else debug
         poses.append(out.pose_enc)
-    return torch.cat(poses), debug, cache
+    return torch.cat(poses), debug, runner.kv_cache
 
 
 def test_bf16_aggregator_keeps_float32_islands_and_tracks_float32():
@@ -34,8 +34,8 @@ def test_bf16_aggregator_keeps_float32_islands_and_tracks_float32():
                  if isinstance(m, Attention) and isinstance(m.q_norm, torch.nn.LayerNorm)]
     assert qk_normed and all(m.q_norm.weight.dtype == torch.float32 for m in qk_normed)
     assert bf16.camera_head.token_norm.weight.dtype == torch.float32
-    ref, _, _ = stream(fp32, images, "float32")
-    low, debug, cache = stream(bf16, images, "bfloat16")
+    ref, _, _ = stream(fp32, images)
+    low, debug, cache = stream(bf16, images)
     assert debug["global_block0_out"].dtype == torch.bfloat16  # activations: no fp32 leak
     assert debug["aggregator_selected_layers"].dtype == torch.bfloat16
     assert cache.storage.dtype == torch.bfloat16

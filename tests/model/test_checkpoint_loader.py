@@ -7,7 +7,7 @@ from safetensors.torch import load_file, save_file
 
 from lingbot_ros.model import CheckpointError, GCTModel, load_model, load_weights, read_state_dict
 
-from .conftest import FIXTURE
+from tests.conftest import FIXTURE
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ import pytest
 
 from lingbot_ros.model import AggregatorConfig, CameraHeadConfig, DinoConfig, DPTConfig, GCTConfig
 
-from .conftest import FIXTURE
+from tests.conftest import FIXTURE
 
 
 def test_defaults_are_the_released_model():

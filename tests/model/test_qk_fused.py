@@ -3,13 +3,13 @@ ops compute (on the GPU; the Triton kernel needs CUDA)."""
 import pytest
 import torch
 
-from lingbot_ros.attention import make_backend
-from lingbot_ros.cache import CameraKVCache, PagedKVCache
 from lingbot_ros.model import qk_fused
 from lingbot_ros.model.layers import Attention
 from lingbot_ros.model.rope import FrameRope, VideoRope, _rotate
 from lingbot_ros.config import SessionConfig
+from lingbot_ros.session import StepKind
 from tests.session.micro_model import micro_model
+from tests.session.runners import make_runner
 
 CUDA = torch.cuda.is_available()
 gpu = [pytest.mark.gpu, pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")]
@@ -28,21 +28,19 @@ def test_modes_are_checked_and_explain_why_the_kernel_is_off():
         qk_fused.resolve("on", torch.device("cuda"), torch.float32)
 
 
-def test_model_switch_reaches_every_rotary_attention_and_cpu_stays_unfused():
+def test_the_model_only_answers_whether_a_stream_may_use_the_kernel():
     model = micro_model()
-    assert model.use_fused_kernels("auto") is False  # CPU model
-    assert not any(m.fused_qk for m in model.modules() if isinstance(m, Attention))
-    for m in model.aggregator.modules():
-        if isinstance(m, Attention):
-            m.fused_qk = True  # forced: CPU tensors still take the torch ops
+    assert model.resolve_fused_kernels("auto") is False  # CPU model
+    assert model.resolve_fused_kernels("off") is False
+    with pytest.raises(RuntimeError, match="needs CUDA"):
+        model.resolve_fused_kernels("on")
+    # fused_qk=True on CPU tensors still takes the torch ops, and the step runs
     images = torch.rand(3, 3, 28, 28)
-    cache = PagedKVCache(model.config.cache_config((28, 28), 2, 3))
-    camera = CameraKVCache(**model.config.camera_cache_dims())
-    out, txn = model.step(images[:2], cache, camera, make_backend("torch_ref", cache.storage), 2)
+    runner = make_runner(model, (28, 28))
+    runner.fused_kernels = True  # forced
+    out, txn = runner.step(images[:2], StepKind.KEYFRAME)
     txn.commit()
     assert torch.isfinite(out.pose_enc).all()
-    assert model.use_fused_kernels("off") is False
-    assert not any(m.fused_qk for m in model.modules() if isinstance(m, Attention))
 
 
 @pytest.mark.parametrize("rope_kind", ["frame", "video"])
@@ -74,12 +72,9 @@ def _attention(dim=1024, heads=16, seed=0):
     return attn
 
 
-def _both(attn, run):
-    attn.fused_qk = False
-    ref = run()
-    attn.fused_qk = True
-    got = run()
-    return ref, got
+def _both(run):
+    """``run(fused_qk)`` unfused, then fused."""
+    return run(False), run(True)
 
 
 @pytest.mark.parametrize("frames", [1, 8])
@@ -89,7 +84,7 @@ def test_fused_frame_attention_matches_torch(frames):
     attn = _attention()
     rope = FrameRope.for_grid((27, 36), 6, 64, 100.0, "cuda")
     x = torch.randn(frames, 978, 1024, device="cuda", dtype=torch.bfloat16)
-    ref, got = _both(attn, lambda: attn(x, rope))
+    ref, got = _both(lambda fused: attn(x, rope, fused))
     assert got.dtype == ref.dtype == torch.bfloat16 and torch.isfinite(got).all()
     err = (got.float() - ref.float()).norm() / ref.float().norm()
     assert err < 1e-2, err
@@ -102,7 +97,7 @@ def test_fused_global_projection_matches_torch(frames, first):
     attn = _attention(seed=1)
     rope = VideoRope.for_frames(first, frames, (27, 36), 6, (8, 28, 28), 10000.0, "cuda")
     x = torch.randn(frames * 978, 1024, device="cuda", dtype=torch.bfloat16)
-    (q0, k0, v0), (q1, k1, v1) = _both(attn, lambda: attn.project_qkv(x, rope))
+    (q0, k0, v0), (q1, k1, v1) = _both(lambda fused: attn.project_qkv(x, rope, fused))
     assert q1.dtype == k1.dtype == torch.bfloat16 and q1.shape == q0.shape == (frames * 978, 16, 64)
     assert q1.is_contiguous() and k1.is_contiguous()
     assert torch.equal(v0, v1)

@@ -1,18 +1,19 @@
-"""Step outputs: shapes, optional heads, debug intermediates, camera-to-world consistency."""
+"""Step outputs: shapes, optional heads, recorded intermediates, camera-to-world consistency."""
 import torch
 
-from lingbot_ros.model import DEBUG_KEYS, GCTModel, load_weights
+from lingbot_ros.model import TAP_KEYS, GCTModel, load_weights, record_intermediates
+from lingbot_ros.session import StepKind
+from tests.session.runners import make_runner
 
-from .conftest import Stream
+KEY = StepKind.KEYFRAME
 
 HW = (112, 154)
 
 
-def test_phase_one_outputs_and_debug_intermediates(tiny_model, frames):
-    stream = Stream(tiny_model.config, HW)
-    debug = {}
-    out, txn = tiny_model.step(frames[:2], stream.cache, stream.camera, stream.backend, 2,
-                               debug=debug)
+def test_phase_one_outputs_and_recorded_intermediates(tiny_model, frames):
+    runner = make_runner(tiny_model, HW)
+    with record_intermediates(tiny_model) as debug:
+        out, txn = runner.step(frames[:2], KEY)
     txn.commit()
     assert out.pose_enc.shape == (2, 9) and out.pose_enc_list.shape == (4, 2, 9)
     assert torch.equal(out.pose_enc_list[-1], out.pose_enc)
@@ -21,18 +22,23 @@ def test_phase_one_outputs_and_debug_intermediates(tiny_model, frames):
     assert out.depth.shape == (2, *HW, 1) and out.depth_conf.shape == (2, *HW)
     assert (out.depth > 0).all() and (out.depth_conf > 1).all()
     assert out.world_points is None and out.time_index == 0
-    assert set(debug) == set(DEBUG_KEYS)
+    assert set(debug) == set(TAP_KEYS)
     assert debug["aggregator_selected_layers"].shape == (4, 2, 94, 256)
     assert debug["global_block0_attn_out"].shape == (2, 94, 128)
+    assert debug["global_block0_out"].shape == (2, 94, 128)
+    assert debug["dino_patch_tokens"].shape == (2, 88, 128)
+    # the hooks are gone: the next step records nothing
+    out, txn = runner.step(frames[2:3], KEY)
+    txn.commit()
+    assert debug["global_block0_out"].shape[0] == 2
 
 
 def test_depth_head_can_be_switched_off_without_changing_the_pose(tiny_model, frames):
     poses = []
     for with_depth in (True, False):
-        stream = Stream(tiny_model.config, HW)
-        tiny_model.step(frames[:2], stream.cache, stream.camera, stream.backend, 2).txn.commit()
-        out, txn = tiny_model.step(frames[2:3], stream.cache, stream.camera, stream.backend, 2,
-                                   with_depth=with_depth)
+        runner = make_runner(tiny_model, HW)
+        runner.step(frames[:2], KEY)[1].commit()
+        out, txn = runner.step(frames[2:3], KEY, with_depth=with_depth)
         txn.commit()
         assert (out.depth is None) == (not with_depth)
         poses.append(out.pose_enc)
@@ -44,11 +50,11 @@ def test_point_head_runs_when_present(tiny_config, frames):
     state = dict(model.state_dict())
     load_weights(model, state)  # loads a complete state dict
     model.prepare("cpu", "fp32")
-    stream = Stream(model.config, HW)
-    out, txn = model.step(frames[:2], stream.cache, stream.camera, stream.backend, 2)
+    runner = make_runner(model, HW)
+    out, txn = runner.step(frames[:2], KEY)
     txn.commit()
     assert out.world_points.shape == (2, *HW, 3) and out.world_points_conf.shape == (2, *HW)
-    out, txn = model.step(frames[2:3], stream.cache, stream.camera, stream.backend, 2,
-                          with_points=False)
+    txn = runner.begin(1, KEY)
+    out = runner.run(frames[2:3], txn, with_points=False)
     assert out.world_points is None
     txn.rollback()

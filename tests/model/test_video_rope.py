@@ -3,11 +3,10 @@ import math
 
 import torch
 
-from lingbot_ros.attention import make_backend
-from lingbot_ros.cache import PagedKVCache
-from lingbot_ros.cache.camera_cache import CameraKVCache
 from lingbot_ros.model import AggregatorConfig, CameraHeadConfig, DinoConfig, GCTConfig, GCTModel
 from lingbot_ros.model.rope import FrameRope, VideoRope
+from lingbot_ros.session import StepKind
+from tests.session.runners import make_runner
 
 DIMS, THETA = (20, 22, 22), 10000.0
 
@@ -78,13 +77,11 @@ def test_a_stream_runs_past_1024_cached_frames():
     config = micro_config()
     model = GCTModel(config).prepare("cpu", "fp32")
     hw = (14, 14)
-    cache = PagedKVCache(config.cache_config(hw, scale_frames=1, window=2))
-    camera = CameraKVCache(**config.camera_cache_dims())
-    backend = make_backend("torch_ref", cache.storage)
+    runner = make_runner(model, hw, scale_frames=1, window=2)
     image = torch.rand(1, 3, *hw)
     for _ in range(1030):
-        outputs, txn = model.step(image, cache, camera, backend, num_scale_frames=1)
+        outputs, txn = runner.step(image, StepKind.KEYFRAME)
         txn.commit()
     assert outputs.time_index == 1029
-    assert cache.info()["frames_committed"] == camera.num_frames == 1030
+    assert runner.kv_cache.info()["frames_committed"] == runner.camera_cache.num_frames == 1030
     assert torch.isfinite(outputs.pose_enc).all()

@@ -42,6 +42,24 @@ def test_every_parameter_has_a_description_and_consistent_bounds():
         check_value(p, p.default)
 
 
+def test_choices_and_limits_come_from_config():
+    """One list of allowed values per setting: the table reuses config.py's tuples."""
+    from lingbot_ros import config
+    table = {p.name: p for p in PARAMS}
+    assert table["precision"].choices is config.PRECISIONS
+    assert table["attention.backend"].choices is config.ATTENTION_BACKENDS
+    assert table["attention.flashinfer_variant"].choices is config.FLASHINFER_VARIANTS
+    assert table["attention.fused_kernels"].choices is config.FUSED_KERNEL_MODES
+    assert table["keyframes.policy"].choices is config.KEYFRAME_POLICIES
+    assert table["qos.image"].choices is config.IMAGE_QOS
+    assert table["tf.mode"].choices is config.TF_MODES
+    splits = table["attention.kv_splits"]
+    assert (splits.min, splits.max) == (1, config.MAX_KV_SPLITS)
+    build_settings({"attention.kv_splits": config.MAX_KV_SPLITS})
+    with pytest.raises(ValueError, match="attention.kv_splits"):
+        build_settings({"attention.kv_splits": config.MAX_KV_SPLITS + 1})
+
+
 def test_defaults_build():
     s = build_settings({})
     assert s.preset == "tiny" and s.checkpoint == "" and s.autostart and s.warmup

@@ -10,50 +10,58 @@ import pytest
 import torch
 
 from lingbot_ros.attention import choose_backend, make_backend
-from lingbot_ros.cache import CameraKVCache, PagedKVCache
+from lingbot_ros.cache import StepKind
 from lingbot_ros.config import KeyframeConfig, PreprocessConfig, SessionConfig
 from lingbot_ros.model.presets import preset_config, random_model
+from lingbot_ros.session import StreamingSession
 from lingbot_ros.session.graph_step import GraphedStep
-from lingbot_ros.session.session import StreamingSession
 from tests.session.micro_model import micro_model
+from tests.session.runners import make_runner
 
 NSF, WINDOW, HW = 2, 3, (42, 56)
 OUTPUT_KEYS = ("pose_enc", "pose_enc_list", "c2w", "intrinsics", "depth", "depth_conf")
+KEY, SPEC = StepKind.KEYFRAME, StepKind.SPECULATIVE
 
 
-def stream_caches(model):
-    cache = PagedKVCache(model.config.cache_config(HW, NSF, WINDOW, special_chunk_frames=2))
-    camera = CameraKVCache(**model.config.camera_cache_dims(), chunk_frames=4)
-    return cache, camera, make_backend("torch_ref", cache.storage)
+def uncaptured_graph_runner(model):
+    """A runner whose single-frame steps go through the graph's body without capturing it
+    (CPU): the static buffers, the masked full-capacity camera reads and the graph plan."""
+    runner = make_runner(model, HW, NSF, WINDOW, rollover_keyframes=3)  # chunks of 4 frames
+    runner.graph = GraphedStep(model, runner.kv_cache, runner.camera_cache,
+                               make_backend("torch_ref", runner.kv_cache.storage), NSF,
+                               capture=False)
+    return runner
 
 
-def test_the_graph_body_reproduces_eager_steps_with_commit_and_rollback():
+def test_the_graph_body_reproduces_eager_steps_of_both_kinds_with_commit_and_rollback():
     model = micro_model()
     torch.manual_seed(1)
     images = torch.rand(24, 3, *HW)
-    cache_a, camera_a, backend_a = stream_caches(model)
-    cache_b, camera_b, backend_b = stream_caches(model)
-    graphed = GraphedStep(model, cache_b, camera_b, "fa2", NSF, capture=False,
-                          backend="torch_ref")
-    assert not graphed.accepts(1)  # the anchors are not in the cache yet
-    for cache, camera, backend in ((cache_a, camera_a, backend_a), (cache_b, camera_b, backend_b)):
-        model.step(images[:NSF], cache, camera, backend, NSF).txn.commit()
-    with pytest.raises(ValueError, match="single-frame"):
-        graphed.step(images[:2])
+    eager = make_runner(model, HW, NSF, WINDOW, rollover_keyframes=3)
+    graphed = uncaptured_graph_runner(model)
+    replays = []
+    body_run = graphed.graph.run
+    graphed.graph.run = lambda *a, **k: replays.append(1) or body_run(*a, **k)
+    for runner in (eager, graphed):
+        runner.step(images[:NSF], KEY)[1].commit()
+    assert not replays  # the anchor phase is never a graph step
     for i in range(NSF, images.shape[0]):
-        out_a, txn_a = model.step(images[i:i + 1], cache_a, camera_a, backend_a, NSF)
-        assert graphed.accepts(1)
-        out_b, txn_b = graphed.step(images[i:i + 1])
+        kind = SPEC if i % 3 else KEY  # every third frame a keyframe known in advance
+        out_a, txn_a = eager.step(images[i:i + 1], kind)
+        out_b, txn_b = graphed.step(images[i:i + 1], kind)
         assert out_b.time_index == out_a.time_index
         for key in OUTPUT_KEYS:
             torch.testing.assert_close(getattr(out_b, key), getattr(out_a, key), atol=1e-5,
                                        rtol=1e-5, msg=f"frame {i}: {key}")
-        if i % 3 == 0:  # non-keyframes: the body's writes must vanish with the rollback
+        if i % 3 == 1:  # non-keyframes: the body's writes must vanish with the rollback
             txn_a.rollback()
             txn_b.rollback()
         else:
             txn_a.commit()
             txn_b.commit()
+    assert len(replays) == images.shape[0] - NSF
+    cache_a, cache_b = eager.kv_cache, graphed.kv_cache
+    camera_a, camera_b = eager.camera_cache, graphed.camera_cache
     # Both caches hold the same frames; the camera cache grew past its first chunk, so the
     # masked full-capacity reads were exercised with unused (and rolled-back) rows present.
     assert cache_a.info() == cache_b.info() and camera_a.num_frames == camera_b.num_frames
@@ -70,26 +78,28 @@ def test_the_graph_body_reproduces_eager_steps_with_commit_and_rollback():
 
 def test_a_failed_graph_step_rolls_both_caches_back():
     model = micro_model()
-    cache, camera, backend = stream_caches(model)
-    model.step(torch.rand(NSF, 3, *HW), cache, camera, backend, NSF).txn.commit()
-    graphed = GraphedStep(model, cache, camera, "fa2", NSF, capture=False, backend="torch_ref")
+    runner = uncaptured_graph_runner(model)
+    runner.step(torch.rand(NSF, 3, *HW), KEY)[1].commit()
+    cache, camera = runner.kv_cache, runner.camera_cache
+
     def state():  # what the next step sees (the seen/rolled-back counters do move)
         info = cache.info()
         return ({k: v for k, v in info.items() if k not in ("frames_seen", "frames_rolled_back")},
                 camera.num_frames, cache.current_layout().kv_indices.tolist())
     before = state()
-    with pytest.raises(ValueError, match="patches"):
-        graphed.step(torch.rand(1, 3, 28, 28))  # another size than the cache's pages
+    with pytest.raises(ValueError, match="does not fit"):
+        runner.step(torch.rand(1, 3, 28, 28), SPEC)  # another size than the cache's pages
     assert state() == before
 
     def failing_kernel(layer, q):
         raise RuntimeError("kernel failed")
-    graphed.backend.run = failing_kernel  # a failure in the middle of the body
+    runner.graph.backend.run = failing_kernel  # a failure in the middle of the body
     with pytest.raises(RuntimeError, match="kernel failed"):
-        graphed.step(torch.rand(1, 3, *HW))
+        runner.step(torch.rand(1, 3, *HW), SPEC)
     assert state() == before
     assert cache.pending is None and camera.pending is None
-    model.step(torch.rand(1, 3, *HW), cache, camera, backend, NSF).txn.commit()  # goes on
+    runner.graph = None
+    runner.step(torch.rand(1, 3, *HW), KEY)[1].commit()  # goes on
 
 
 def test_sessions_say_which_path_they_run():
@@ -129,14 +139,15 @@ def test_a_failed_capture_falls_back_to_eager_for_the_rest_of_the_session():
     expected = [r for i, im in enumerate(images) for r in plain.push(im, 1_000 + i)]
     got = [r for i, im in enumerate(images[:NSF]) for r in graphed.push(im, 1_000 + i)]
     # A graph step whose capture fails (as when a kernel is not capturable on some setup).
-    step = GraphedStep(model, graphed._kv, graphed._camera, "fa2", NSF, capture=False,
-                       backend="torch_ref")
+    runner = graphed._runner
+    step = GraphedStep(model, runner.kv_cache, runner.camera_cache,
+                       make_backend("torch_ref", runner.kv_cache.storage), NSF, capture=False)
     step.capture = True
 
     def capture_fails(with_depth, first_frame):
         raise RuntimeError("operation not permitted when stream is capturing")
     step._capture = capture_fails
-    graphed._graph = step
+    runner.graph = step
     for i, image in enumerate(images[NSF:], start=NSF):
         got += graphed.push(image, 1_000 + i)  # no frame is lost or fails
     info = graphed.info()
@@ -147,9 +158,9 @@ def test_a_failed_capture_falls_back_to_eager_for_the_rest_of_the_session():
 
 
 def test_torch_ref_cannot_be_built_for_a_graph():
-    cache, _, _ = stream_caches(micro_model())
+    runner = make_runner(micro_model(), HW, NSF, WINDOW)
     with pytest.raises(ValueError, match="CUDA graph"):
-        make_backend("torch_ref", cache.storage, graph_query_tokens=10)
+        make_backend("torch_ref", runner.kv_cache.storage, graph_query_tokens=10)
 
 
 # -- GPU ----------------------------------------------------------------------------------------

@@ -131,6 +131,25 @@ def test_every_n(n, expect):
     assert run(EveryN(n), 10) == expect
 
 
+def test_which_decisions_are_known_before_the_forward():
+    """all / every_n decide from the index alone (keyframes evict first); flow decides from
+    the frame's outputs, so every flow frame is speculative."""
+    assert [AllFrames().known_before_forward(i) for i in range(3)] == [True] * 3
+    p = EveryN(2)
+    known = []
+    for i in range(6):
+        known.append(p.known_before_forward(i))
+        if known[-1]:
+            p.on_keyframe(i)
+    assert known == [True, False, True, False, True, False]
+    f = FlowKeyframes(10.0, max_gap=2)
+    assert f.known_before_forward(0) is None  # even the first frame, as the reference
+    f.on_keyframe(0, K=K, c2w=pose())
+    assert f.known_before_forward(2) is None  # the gap rule too: decided after the forward
+    with pytest.raises(ValueError, match="not after the last keyframe"):
+        f.known_before_forward(0)
+
+
 def test_every_n_counts_from_the_first_streaming_frame_and_reset():
     p = EveryN(3)
     assert run(p, 7, start=8) == [8, 11, 14]  # e.g. after 8 scale frames: (i - 8) % 3 == 0

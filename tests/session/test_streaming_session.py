@@ -2,10 +2,13 @@
 import numpy as np
 import pytest
 
+import torch
+
 from lingbot_ros.config import KeyframeConfig, PreprocessConfig, SessionConfig
-from lingbot_ros.session.session import StreamingSession
-from lingbot_ros.session.types import FrameRejected
+from lingbot_ros.preprocess import preprocess
+from lingbot_ros.session import FrameRejected, StepKind, StreamingSession
 from tests.session.micro_model import SIZE_42x56, micro_model
+from tests.session.runners import make_runner
 
 STAMP0, DT = 1_700_000_000_000_000_000, 33_333_333
 
@@ -37,7 +40,7 @@ def test_scale_frames_are_buffered_then_emitted_together_with_their_stamps():
     first = s.push(imgs[2], STAMP0 + 2 * DT)
     assert [r.index for r in first] == [0, 1, 2]
     assert [r.stamp_ns for r in first] == [STAMP0, STAMP0 + DT, STAMP0 + 2 * DT]
-    assert all(r.keyframe and r.window == 0 for r in first)
+    assert all(r.keyframe and r.segment == 0 for r in first)
     np.testing.assert_allclose(first[0].c2w[:3, :3] @ first[0].c2w[:3, :3].T, np.eye(3),
                                atol=1e-5)
     nxt = s.push(imgs[3], STAMP0 + 3 * DT)
@@ -65,6 +68,53 @@ def test_every_n_rolls_back_non_keyframes_and_matches_a_run_without_them():
     ref = run(plain, [imgs[i] for i in kept])
     for i, r in zip(kept, ref):
         np.testing.assert_allclose(results[i].pose_enc, r.pose_enc, atol=1e-6)
+
+
+def test_every_n_keyframes_evict_first_and_the_frames_between_see_the_untrimmed_window():
+    imgs = frames(12, seed=2)
+    s = session(keyframes=KeyframeConfig(policy="every_n", n=2), rollover_keyframes=None)
+    seen = []
+    run(s, imgs[:2])
+    runner = s._runner
+    real_begin = runner.begin
+
+    def recording_begin(num_frames, kind):
+        txn = real_begin(num_frames, kind)
+        seen.append((StepKind(kind), runner.kv_cache.table.patches.visible_frames()))
+        return txn
+    runner.begin = recording_begin
+    run(s, imgs[2:], first=2)
+    kinds = [k for k, _ in seen]
+    assert kinds == [StepKind.KEYFRAME, StepKind.SPECULATIVE] * 5
+    # keyframe steps see the trimmed window (scale 2 + 3 incl. their own page); speculative
+    # steps once the window is full see 6 pages: one window frame more
+    assert [len(v) for k, v in seen] == [3, 4, 4, 5, 5, 6, 5, 6, 5, 6]
+
+
+def test_a_flow_keyframe_equals_a_speculative_step_and_evicts_like_a_keyframe():
+    """The flow policy decides from the frame's own outputs: every frame is a speculative
+    step, so a frame it keeps has exactly the outputs of that frame run speculatively, and
+    its commit leaves the cache a keyframe step's commit would."""
+    imgs = frames(10, seed=3)
+    flow = session(keyframes=KeyframeConfig(policy="flow", flow_threshold=0.0),
+                   rollover_keyframes=None)
+    results = run(flow, imgs)
+    assert all(r.keyframe for r in results)  # threshold 0: every frame moved enough
+    cfg = flow.config
+    runner = make_runner(flow.model, (42, 56), cfg.num_scale_frames, cfg.window)
+    twin = make_runner(flow.model, (42, 56), cfg.num_scale_frames, cfg.window)
+    tensors = torch.stack([preprocess(im, "rgb8", cfg.preprocess)[0] for im in imgs])
+    for r in (runner, twin):
+        r.step(tensors[:2], StepKind.KEYFRAME)[1].commit()
+    for i in range(2, len(imgs)):
+        out, txn = runner.step(tensors[i:i + 1], StepKind.SPECULATIVE)
+        np.testing.assert_array_equal(results[i].pose_enc, out.pose_enc[0].numpy())
+        txn.commit()
+        twin.step(tensors[i:i + 1], StepKind.KEYFRAME)[1].commit()
+        assert (runner.kv_cache.table.patches.visible_frames()
+                == twin.kv_cache.table.patches.visible_frames())
+        assert runner.kv_cache.table.stats() == twin.kv_cache.table.stats()
+    assert flow._runner.kv_cache.table.stats() == runner.kv_cache.table.stats()
 
 
 def test_bad_frames_are_rejected_counted_and_the_stream_goes_on():
@@ -95,7 +145,7 @@ def test_bad_frames_are_rejected_counted_and_the_stream_goes_on():
 def test_reset_restarts_the_stream_and_keeps_the_allocation():
     s = session()
     run(s, frames(6))
-    ptr = s._kv.storage.data.data_ptr()
+    ptr = s._runner.kv_cache.storage.data.data_ptr()
     s.reset()
     info = s.info()
     assert info["frames_processed"] == 0 and info["phase"] == "scale_frames"
@@ -103,7 +153,7 @@ def test_reset_restarts_the_stream_and_keeps_the_allocation():
     assert len(s.trajectory) == 0
     out = run(s, frames(3, seed=5), first=100)
     assert [r.index for r in out] == [0, 1, 2]
-    assert s._kv.storage.data.data_ptr() == ptr
+    assert s._runner.kv_cache.storage.data.data_ptr() == ptr
 
 
 def test_depth_head_off_still_gives_poses():
@@ -121,7 +171,8 @@ def test_a_dropped_session_frees_its_caches_without_the_garbage_collector():
     try:
         s = session(keyframes=KeyframeConfig(policy="every_n", n=2))
         run(s, frames(6))
-        storage, camera = weakref.ref(s._kv.storage), weakref.ref(s._camera)
+        storage = weakref.ref(s._runner.kv_cache.storage)
+        camera = weakref.ref(s._runner.camera_cache)
         del s
         assert storage() is None and camera() is None
     finally:

@@ -1,4 +1,4 @@
-"""Window rollover and unbounded streams: continuity across windows, constant memory."""
+"""Segment rollover and unbounded streams: continuity across segments, constant memory."""
 import numpy as np
 import pytest
 import torch
@@ -11,7 +11,7 @@ from tests.session.micro_model import SIZE_28, SIZE_42x56, micro_model
 from tests.session.test_streaming_session import frames, run
 
 
-def test_rollover_keeps_the_trajectory_continuous_at_every_window_change():
+def test_rollover_keeps_the_trajectory_continuous_at_every_segment_change():
     s = StreamingSession(micro_model(), SessionConfig(
         num_scale_frames=3, window=3, rollover_keyframes=7, preprocess=SIZE_42x56,
         keyframes=KeyframeConfig(policy="every_n", n=2)))
@@ -19,7 +19,7 @@ def test_rollover_keeps_the_trajectory_continuous_at_every_window_change():
     assert s.info()["rollovers"] >= 4 and len(s.rollovers) == s.info()["rollovers"]
     by_index = {r.index: r for r in results}
     for roll in s.rollovers:
-        # The anchor frame, re-estimated in the new window and aligned, is where it was
+        # The anchor frame, re-estimated in the new segment and aligned, is where it was
         # published: same camera centre and orientation (scale is from the depth ratio).
         np.testing.assert_allclose(roll.anchor_c2w_aligned[:3, 3],
                                    roll.anchor_c2w_published[:3, 3], atol=1e-5)
@@ -27,11 +27,11 @@ def test_rollover_keeps_the_trajectory_continuous_at_every_window_change():
                                    roll.anchor_c2w_published[:3, :3], atol=1e-5)
         np.testing.assert_allclose(by_index[roll.frame_index].c2w, roll.anchor_c2w_published)
         assert 1e-3 <= roll.alignment.scale <= 1e3
-        # The first frame after the change is the new window's first keyframe.
+        # The first frame after the change is the new segment's first keyframe.
         nxt = by_index[roll.frame_index + 1]
-        assert nxt.window == roll.window and nxt.keyframe
-    windows = [r.window for r in results]
-    assert windows == sorted(windows)  # windows only move forward
+        assert nxt.segment == roll.segment and nxt.keyframe
+    segments = [r.segment for r in results]
+    assert segments == sorted(segments)  # segments only move forward
     assert all(np.isfinite(r.c2w).all() for r in results)
 
 
@@ -56,7 +56,7 @@ def test_ten_thousand_frames_at_constant_memory_and_cached_tokens(one_thread):
         s.push(img, 1_000 + i)
         if i >= 300 and i % 50 == 0:
             info = s.info()
-            samples.append((s._kv.storage.data.data_ptr(), info["cache"]["bytes_reserved"],
+            samples.append((s._runner.kv_cache.storage.data.data_ptr(), info["cache"]["bytes_reserved"],
                             info["camera_cache"]["bytes_reserved"],
                             info["camera_cache"]["capacity_frames"],
                             info["cache"]["tokens_visible"], info["cache"]["frames_cached"]))
@@ -65,7 +65,7 @@ def test_ten_thousand_frames_at_constant_memory_and_cached_tokens(one_thread):
     assert len({x[:4] for x in samples}) == 1  # no reallocation, constant bytes
     tokens = [x[4] for x in samples]
     page = info["cache"]["page_size"]
-    # bounded: scale + window pages plus at most one window of specials
+    # bounded: scale + window pages plus at most one segment of specials
     assert max(tokens) <= (2 + 3) * page + 6 * 40
     assert max(x[5] for x in samples) == 5
     assert len(s.trajectory) == 10_000

@@ -1,0 +1,196 @@
+"""StreamRunner: the one owner of a stream's GPU state (caches, attention backend, graphs).
+
+vLLM v1 splits a KV-cache manager (which pages a request sees) from a model runner (which
+runs the kernels over them); this is the model runner of one camera stream. It owns the
+paged KV cache of the global layers, the camera head's cache, the attention backend and the
+CUDA-graph fast path, and it opens and closes their step transactions. The model it runs is
+shared and stateless; the stream logic (scale phase, keyframe policy, rollover, results)
+stays in ``StreamingSession``.
+
+    runner = StreamRunner(model, SessionConfig(...), image_hw=(378, 504))
+    txn = runner.begin(1, StepKind.SPECULATIVE)   # both caches; checks first, then mutates
+    outputs = runner.run(images, txn)             # StepOutputs; on error txn is rolled back
+    txn.commit()                                  # or txn.rollback(): exactly once
+    runner.reset()                                # between sequences; allocations kept
+    runner.info()                                 # cache counters, backend, fast path
+
+Step kinds (``StepKind``): a keyframe known in advance attends to the window its commit
+leaves; a speculative step (a non-keyframe, or any frame whose fate is decided from its own
+outputs) attends to the un-evicted window and evicts only if committed.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ..attention import choose_backend, make_backend
+from ..cache import CameraKVCache, PagedKVCache, StepKind
+from ..config import SessionConfig
+from ..model import StepOutputs
+from .graph_step import GraphCaptureError, GraphedStep
+from .step_txn import StepTxn
+
+_CACHE_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+def fast_path_of(model, config: SessionConfig) -> tuple[str, str]:
+    """(attention backend, fast path) that ``config`` gives a stream of ``model``: the fast
+    path is ``cuda_graph`` when streaming steps are graph replays, else why they are eager."""
+    device = torch.device(config.device)
+    backend, why = choose_backend(config.attention_backend, device, model.kv_dtype)
+    if not config.cuda_graphs:
+        return backend, "eager (cuda_graphs off)"
+    if device.type != "cuda":
+        return backend, f"eager (device {device.type})"
+    if backend != "flashinfer":
+        return backend, f"eager (attention backend {backend}; {why})"
+    return backend, "cuda_graph"
+
+
+class StreamRunner:
+    def __init__(self, model, config: SessionConfig, image_hw: tuple[int, int]) -> None:
+        """Allocate the stream's caches for model inputs of ``image_hw`` (H, W).
+
+        ``model``: a ``GCTModel`` already ``prepare``d on ``config.device``. Raises
+        ValueError / RuntimeError for a size or a setting this model and device cannot run
+        (an unavailable backend or fused kernel), before anything is allocated on the GPU.
+        """
+        self.model = model
+        self.config = config
+        self.image_hw = tuple(image_hw)
+        mcfg = model.config
+        mcfg.patch_grid(self.image_hw)  # ValueError for a size off the patch grid
+        # Per stream, not a switch on the shared model: another stream may choose otherwise.
+        self.fused_kernels = model.resolve_fused_kernels(config.fused_kernels)
+        backend_name, self._fast_path = fast_path_of(model, config)
+        cache_cfg = mcfg.cache_config(self.image_hw, config.num_scale_frames, config.window,
+                                      dtype=_CACHE_DTYPES.get(model.kv_dtype, "float32"),
+                                      device=config.device, **config.cache_extra())
+        self.kv_cache = PagedKVCache(cache_cfg)
+        self.camera_cache = CameraKVCache(**mcfg.camera_cache_dims(), device=config.device,
+                                          chunk_frames=config.camera_chunk_frames())
+        self.backend = make_backend(backend_name, self.kv_cache.storage,
+                                    variant=config.flashinfer_variant, kv_splits=config.kv_splits)
+        self.graph: Optional[GraphedStep] = None
+        self.graph_capture_failures = 0
+        if self._fast_path == "cuda_graph":
+            graph_backend = make_backend(
+                "flashinfer", self.kv_cache.storage, config.flashinfer_variant,
+                graph_query_tokens=cache_cfg.tokens_per_frame,
+                kv_splits=config.graph_kv_splits())
+            self.graph = GraphedStep(model, self.kv_cache, self.camera_cache, graph_backend,
+                                     config.num_scale_frames, fused_qk=self.fused_kernels)
+
+    # -- queries ---------------------------------------------------------------------------
+    @property
+    def frames_committed(self) -> int:
+        """Committed frames since reset: the time index of the next step."""
+        return self.kv_cache.frames_committed
+
+    @property
+    def fast_path(self) -> str:
+        return self._fast_path
+
+    def info(self) -> dict:
+        """The stream's GPU state for services and diagnostics."""
+        return {
+            "attention": self.backend.name,
+            "fast_path": self._fast_path,
+            "fused_kernels": self.fused_kernels,
+            "graph_captures": self.graph.captures if self.graph is not None else 0,
+            "graph_capture_failures": self.graph_capture_failures,
+            "cache": self.kv_cache.info(),
+            "camera_cache": self.camera_cache.info(),
+        }
+
+    # -- a step ----------------------------------------------------------------------------
+    def begin(self, num_frames: int, kind: StepKind | str) -> StepTxn:
+        """Open a step of ``num_frames`` frames on both caches (``kind``: ``StepKind``).
+
+        A step of several frames is only allowed on empty caches (the scale phase). Raises
+        before anything changes: ``TransactionError`` if a step is open, ``CacheError`` (or
+        its ``CacheFullError``) if it cannot fit, ValueError for a bad count or kind.
+        """
+        kind = StepKind.parse(kind)
+        committed = self.frames_committed
+        if committed != self.camera_cache.num_frames:  # an invariant of this owner
+            raise RuntimeError(f"the KV cache holds {committed} committed frames and the "
+                               f"camera cache {self.camera_cache.num_frames}")
+        if isinstance(num_frames, int) and num_frames > 1 and committed > 0:
+            raise ValueError(f"a step of {num_frames} frames is only allowed on empty caches "
+                             f"(phase 1); {committed} frames are committed")
+        frame_txn = self.kv_cache.begin(num_frames, kind)
+        try:
+            camera_txn = self.camera_cache.begin(num_frames)
+        except Exception:
+            frame_txn.rollback()
+            raise
+        return StepTxn(frame_txn, camera_txn)
+
+    @torch.no_grad()
+    def run(self, images: torch.Tensor, txn: StepTxn, *, with_depth: bool = True,
+            with_points: bool = True) -> StepOutputs:
+        """Run the open step ``txn`` on ``images`` ((n, 3, H, W) in [0, 1] on the device).
+
+        A single streaming frame is a CUDA-graph replay when the fast path applies, else
+        the step runs eagerly: one attention plan, then the model. On any exception the step
+        is rolled back in both caches and the exception propagates; a failed graph capture
+        switches this stream to eager steps for good (``info()["fast_path"]`` says why) and
+        raises ``GraphCaptureError``.
+        """
+        if txn.state != "pending":
+            raise RuntimeError(f"cannot run: this step is already {txn.state}")
+        try:
+            self._check_images(images, txn)
+            if self.graph is not None and self.graph.accepts(txn):
+                out = self._run_graph(images, txn, with_depth)
+            else:
+                out = self._run_eager(images, txn, with_depth, with_points)
+        except Exception:
+            txn.rollback()
+            raise
+        return StepOutputs(time_index=txn.first_frame, **out)
+
+    def step(self, images: torch.Tensor, kind: StepKind | str, *, with_depth: bool = True
+             ) -> tuple[StepOutputs, StepTxn]:
+        """``begin`` + ``run``; a failed graph capture is retried once eagerly."""
+        txn = self.begin(images.shape[0], kind)
+        try:
+            return self.run(images, txn, with_depth=with_depth), txn
+        except GraphCaptureError:
+            txn = self.begin(images.shape[0], kind)  # the fast path is off now
+            return self.run(images, txn, with_depth=with_depth), txn
+
+    def reset(self) -> None:
+        """Forget every frame in both caches (an open step is invalidated); allocations and
+        captured graphs are kept."""
+        self.kv_cache.reset()
+        self.camera_cache.reset()
+
+    # -- internals -------------------------------------------------------------------------
+    def _check_images(self, images: torch.Tensor, txn: StepTxn) -> None:
+        n = self.model.check_images(images, self.config.num_scale_frames)
+        if n != txn.num_frames:
+            raise ValueError(f"{n} images for a step of {txn.num_frames} frames")
+        hw = (images.shape[2], images.shape[3])
+        if hw != self.image_hw:
+            raise ValueError(f"a {hw[0]}x{hw[1]} image does not fit this stream's caches, "
+                             f"sized for {self.image_hw[0]}x{self.image_hw[1]}")
+
+    def _run_eager(self, images, txn: StepTxn, with_depth: bool, with_points: bool) -> dict:
+        model = self.model
+        grid_hw = model.config.patch_grid(self.image_hw)
+        rope = model.aggregator.video_rope(txn.first_frame, txn.num_frames, grid_hw)
+        self.backend.plan(txn.frame_txn.layout)  # once per step, for every global layer
+        return model(images, txn.first_frame, self.config.num_scale_frames, rope, txn.frame_txn,
+                     txn.camera_txn, self.backend, with_depth=with_depth,
+                     with_points=with_points, fused_qk=self.fused_kernels)
+
+    def _run_graph(self, images, txn: StepTxn, with_depth: bool) -> dict:
+        try:
+            return self.graph.run(images, txn, with_depth)
+        except GraphCaptureError as exc:
+            self.graph, self._fast_path = None, f"eager ({exc})"
+            self.graph_capture_failures += 1
+            raise
