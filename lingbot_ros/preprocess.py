@@ -27,21 +27,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from . import image_decode
 from .config import PreprocessConfig
 
 __all__ = ["CropInfo", "ENCODINGS", "MAX_CROP_FACTOR", "compute_crop", "parse_encoding",
            "preprocess"]
 
-# encoding -> (channel order, channels, dtype or None = taken from the array)
-_U8, _U16 = np.dtype(np.uint8), np.dtype(np.uint16)
+# encoding (lower case) -> (channel order, channels, dtype or None = taken from the array).
+# The ROS and OpenCV names (8UCn/16UCn: cv2 order, BGR / BGRA) are the raw image table's.
 ENCODINGS: dict[str, tuple[str, int, Optional[np.dtype]]] = {
-    "rgb8": ("rgb", 3, _U8), "bgr8": ("bgr", 3, _U8), "rgba8": ("rgba", 4, _U8),
-    "bgra8": ("bgra", 4, _U8), "mono8": ("mono", 1, _U8),
-    "rgb16": ("rgb", 3, _U16), "bgr16": ("bgr", 3, _U16), "rgba16": ("rgba", 4, _U16),
-    "bgra16": ("bgra", 4, _U16), "mono16": ("mono", 1, _U16),
-    # OpenCV type names, as ROS uses them for untyped images: cv2 order (BGR / BGRA)
-    "8uc1": ("mono", 1, _U8), "8uc3": ("bgr", 3, _U8), "8uc4": ("bgra", 4, _U8),
-    "16uc1": ("mono", 1, _U16), "16uc3": ("bgr", 3, _U16), "16uc4": ("bgra", 4, _U16),
+    **{name.lower(): (fmt.order, fmt.channels, np.dtype(fmt.dtype))
+       for name, fmt in image_decode.ENCODINGS.items()},
     # generic: the dtype (uint8, uint16, float32, float64) comes from the array
     "rgb": ("rgb", 3, None), "bgr": ("bgr", 3, None), "rgba": ("rgba", 4, None),
     "bgra": ("bgra", 4, None), "mono": ("mono", 1, None), "gray": ("mono", 1, None),

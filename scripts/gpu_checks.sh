@@ -3,7 +3,7 @@
 #   the gpu-marked tests (FlashInfer fa2/fa3 vs torch_ref; the model on CUDA), the cache
 #   benchmark and the official-size model check. Results land in $OUT (device tool) or ./out.
 # The golden fixtures do not travel with the checkout: copy them first (git-ignored) with
-#   mkdir -p .fixtures && cp -r ../shared/fixtures/reference_tiny* .fixtures/
+#   mkdir -p .fixtures && cp -r ../shared/fixtures/reference_tiny .fixtures/
 # and carry `.fixtures` and `.whl` (FlashInfer wheels, see scripts/gpu_env.sh).
 set -uo pipefail
 source scripts/gpu_env.sh

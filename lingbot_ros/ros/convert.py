@@ -10,6 +10,10 @@ drop counter; the node counts it and moves on.
 message's buffer (row padding skipped through strides), so copy it to keep it beyond the message.
 Encoding builds ``bytes`` for ``Image.data``: assigning a numpy array there costs ~60 ms a frame
 in rclpy, bytes ~0.1 ms. OpenCV (``cv2``) is needed only for CompressedImage.
+
+The encodings table (:data:`ENCODINGS`), the reject reasons and the raw decoder live in
+:mod:`lingbot_ros.image_decode`, shared with the offline tools' bag reader; this module adds the
+size limits, the cv_bridge backend, encoding, and CompressedImage.
 """
 from __future__ import annotations
 
@@ -24,39 +28,14 @@ from typing import Literal, Optional
 import numpy as np
 from sensor_msgs.msg import CompressedImage, Image
 
+from ..image_decode import (ENCODINGS, REJECT_REASONS, ImageRejected, PixelFormat, check_image,
+                           image_pixels)
+
 __all__ = ["ENCODINGS", "REJECT_REASONS", "ImageLimits", "ImageRejected", "PixelFormat",
            "array_to_compressed", "array_to_image", "compressed_to_array",
            "cv_bridge_in_ros_install", "image_to_array", "validate_image"]
 
-REJECT_REASONS = ("unknown_encoding", "bad_step", "zero_size", "truncated", "too_large",
-                  "decode_failed")
 Backend = Literal["numpy", "cv_bridge", "auto"]
-
-
-@dataclass(frozen=True, slots=True)
-class PixelFormat:
-    """Memory layout of one encoding: channels per pixel and the numpy dtype of a channel."""
-
-    channels: int
-    dtype: str  # 'uint8' | 'uint16'
-
-    @property
-    def bytes_per_pixel(self) -> int:
-        return self.channels * np.dtype(self.dtype).itemsize
-
-
-# ROS names (sensor_msgs/image_encodings.hpp) of the layouts preprocess understands. The OpenCV
-# type names (8UC3, ...) carry no channel order; preprocess reads them as cv2 order (BGR/BGRA).
-ENCODINGS: dict[str, PixelFormat] = {
-    "rgb8": PixelFormat(3, "uint8"), "bgr8": PixelFormat(3, "uint8"),
-    "rgba8": PixelFormat(4, "uint8"), "bgra8": PixelFormat(4, "uint8"),
-    "mono8": PixelFormat(1, "uint8"), "mono16": PixelFormat(1, "uint16"),
-    "rgb16": PixelFormat(3, "uint16"), "bgr16": PixelFormat(3, "uint16"),
-    "rgba16": PixelFormat(4, "uint16"), "bgra16": PixelFormat(4, "uint16"),
-    "8UC1": PixelFormat(1, "uint8"), "8UC3": PixelFormat(3, "uint8"),
-    "8UC4": PixelFormat(4, "uint8"), "16UC1": PixelFormat(1, "uint16"),
-    "16UC3": PixelFormat(3, "uint16"), "16UC4": PixelFormat(4, "uint16"),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,16 +52,6 @@ class ImageLimits:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
-class ImageRejected(ValueError):
-    """A message that cannot become an array. ``reason`` is one of REJECT_REASONS."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        assert reason in REJECT_REASONS, reason
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
-
-
 def validate_image(msg: Image, limits: ImageLimits = ImageLimits()) -> PixelFormat:
     """Check an Image's geometry against its data, without touching the pixels.
 
@@ -95,22 +64,7 @@ def validate_image(msg: Image, limits: ImageLimits = ImageLimits()) -> PixelForm
         ImageRejected: unknown_encoding, zero_size, too_large, bad_step (step shorter than a
             row) or truncated (fewer than step * height bytes; extra trailing bytes are ignored).
     """
-    fmt = ENCODINGS.get(msg.encoding)
-    if fmt is None:
-        raise ImageRejected("unknown_encoding",
-                            f"{msg.encoding[:40]!r} is not one of {', '.join(ENCODINGS)}")
-    height, width, step = msg.height, msg.width, msg.step
-    if height == 0 or width == 0:
-        raise ImageRejected("zero_size", f"{width}x{height} image")
-    if height * width > limits.max_pixels:
-        raise ImageRejected("too_large", f"{width}x{height} is over max_pixels={limits.max_pixels}")
-    row = width * fmt.bytes_per_pixel
-    if step < row:
-        raise ImageRejected("bad_step", f"step {step} < width {width} * {fmt.bytes_per_pixel} "
-                                        f"bytes per {msg.encoding} pixel = {row}")
-    if len(msg.data) < step * height:
-        raise ImageRejected("truncated", f"{len(msg.data)} bytes < step {step} * height {height}")
-    return fmt
+    return check_image(msg, max_pixels=limits.max_pixels)
 
 
 def image_to_array(msg: Image, limits: ImageLimits = ImageLimits(), *,
@@ -137,17 +91,7 @@ def image_to_array(msg: Image, limits: ImageLimits = ImageLimits(), *,
         return _decode_with_cv_bridge(msg, fmt)
     if backend != "numpy":
         raise ValueError(f"backend must be 'numpy', 'cv_bridge' or 'auto', got {backend!r}")
-    dtype = np.dtype(fmt.dtype)
-    swapped = dtype.itemsize > 1 and bool(msg.is_bigendian) != (sys.byteorder == "big")
-    if swapped:
-        dtype = dtype.newbyteorder()
-    # Strides skip the row padding; the view shares the message buffer.
-    array = np.ndarray(shape=(msg.height, msg.width, fmt.channels), dtype=dtype,
-                       buffer=memoryview(msg.data).cast("B"),
-                       strides=(msg.step, fmt.bytes_per_pixel, dtype.itemsize))
-    if swapped:
-        array = array.astype(dtype.newbyteorder())  # a native copy
-    return array[:, :, 0] if fmt.channels == 1 else array
+    return image_pixels(msg, fmt)
 
 
 def array_to_image(array: np.ndarray, encoding: str, *, header=None,

@@ -4,9 +4,10 @@ sqlite3/mcap bag or a ROS 1 bag), :func:`list_image_topics`, and the message dec
 (``sensor_msgs/CompressedImage``).
 
 A :class:`BagSource` behaves like the other sources in :mod:`lingbot_ros.tools.frame_sources`
-(which opens one for a bag path in ``open_source``): it iterates :class:`Frame` with strictly
-increasing stamps, skips bad messages by reason into its :class:`SourceStats`, and raises at
-construction when the bag or the topic cannot exist.
+(which opens one for a bag path in ``open_source``; both build on :mod:`lingbot_ros.tools.frame`):
+it iterates :class:`Frame` with strictly increasing stamps, skips bad messages by reason into
+its :class:`SourceStats`, and raises at construction when the bag or the topic cannot exist.
+Raw images are decoded by :mod:`lingbot_ros.image_decode`, the decoder the ROS node uses too.
 
 No rclpy: bags are read with ``rosbags`` (``AnyReader``: rosbag2 sqlite3 and mcap, and
 ROS 1 bags), imported lazily; compressed images are decoded with OpenCV.
@@ -18,54 +19,25 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from .frame_sources import (Frame, PathLike, SkippedFrame, _check_container, _decode_bytes,
-                            _Source)
+from ..image_decode import ImageRejected, decode_image
+from .frame import Frame, FrameSource, PathLike, SkippedFrame, check_container, decode_bytes
 
 __all__ = ["BagSource", "list_image_topics", "image_from_msg", "image_from_compressed"]
 
-# raw sensor_msgs/Image encodings -> (channels, numpy dtype)
-_RAW_ENCODINGS = {
-    "rgb8": (3, np.uint8), "bgr8": (3, np.uint8), "rgba8": (4, np.uint8),
-    "bgra8": (4, np.uint8), "mono8": (1, np.uint8), "8UC1": (1, np.uint8),
-    "8UC3": (3, np.uint8), "8UC4": (4, np.uint8),
-    "rgb16": (3, np.uint16), "bgr16": (3, np.uint16), "rgba16": (4, np.uint16),
-    "bgra16": (4, np.uint16), "mono16": (1, np.uint16), "16UC1": (1, np.uint16),
-    "16UC3": (3, np.uint16), "16UC4": (4, np.uint16),
-}
 IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage",
                "sensor_msgs/Image", "sensor_msgs/CompressedImage")  # rosbag2, ROS 1
 
 
 def image_from_msg(msg) -> tuple[np.ndarray, str]:
-    """A deserialized ``sensor_msgs/Image`` -> (array view, encoding). Honours ``step``
-    (row padding) and ``is_bigendian`` (16-bit data is byte-swapped to native order).
-    Raises SkippedFrame(reason) on a zero size, unknown encoding, bad step or short data."""
-    h, w, enc = int(msg.height), int(msg.width), str(msg.encoding)
-    if h == 0 or w == 0:
-        raise SkippedFrame("zero_size", f"Image of {w}x{h}")
-    if enc not in _RAW_ENCODINGS:
-        raise SkippedFrame("unknown_encoding", f"Image encoding {enc!r} (supported: "
-                                               f"{', '.join(_RAW_ENCODINGS)})")
-    ch, dt = _RAW_ENCODINGS[enc]
-    dt = np.dtype(dt)
-    row = w * ch * dt.itemsize
-    step = int(msg.step)
-    if step < row or step % dt.itemsize:
-        raise SkippedFrame("bad_step", f"Image step {step} < width {w} x {ch} channel(s) x "
-                                       f"{dt.itemsize} byte(s) = {row}" if step < row else
-                           f"Image step {step} is not a multiple of {dt.itemsize}")
-    data = np.asarray(msg.data, dtype=np.uint8).reshape(-1)
-    if data.size < step * h:
-        raise SkippedFrame("truncated", f"Image data has {data.size} bytes, {h} rows of step "
-                                        f"{step} need {step * h}")
-    if dt.itemsize > 1:
-        dt = dt.newbyteorder(">" if msg.is_bigendian else "<")
-    rows = np.lib.stride_tricks.as_strided(data, shape=(h, row), strides=(step, 1))
-    img = np.ascontiguousarray(rows).view(dt).reshape(h, w, ch) if dt.itemsize > 1 else \
-        rows.reshape(h, w, ch)
-    if dt.itemsize > 1 and not dt.isnative:
-        img = img.astype(dt.newbyteorder("="))
-    return (img[:, :, 0] if ch == 1 else img), enc
+    """A deserialized ``sensor_msgs/Image`` -> (array view, encoding), decoded by
+    :func:`lingbot_ros.image_decode.decode_image`: honours ``step`` (row padding) and
+    ``is_bigendian`` (16-bit data comes back in native order). Raises SkippedFrame(reason) on
+    a zero size, unknown encoding, bad step (short, or not a multiple of the channel size)
+    or short data."""
+    try:
+        return decode_image(msg, aligned_step=True), str(msg.encoding)
+    except ImageRejected as err:
+        raise SkippedFrame(err.reason, err.detail) from None
 
 
 def image_from_compressed(msg) -> tuple[np.ndarray, str]:
@@ -77,8 +49,8 @@ def image_from_compressed(msg) -> tuple[np.ndarray, str]:
     data = np.asarray(msg.data, dtype=np.uint8).reshape(-1)
     if data.size == 0:
         raise SkippedFrame("zero_size", "CompressedImage with no data")
-    _check_container(data[:16].tobytes() + data[-16:].tobytes(), "CompressedImage")
-    return _decode_bytes(data, f"CompressedImage ({fmt!r})")
+    check_container(data[:16].tobytes() + data[-16:].tobytes(), "CompressedImage")
+    return decode_bytes(data, f"CompressedImage ({fmt!r})")
 
 
 def _reader(path: Path):
@@ -96,7 +68,7 @@ def list_image_topics(path: PathLike) -> dict[str, str]:
         return {c.topic: c.msgtype for c in reader.connections if c.msgtype in IMAGE_TYPES}
 
 
-class BagSource(_Source):
+class BagSource(FrameSource):
     """Images from one topic of a bag (rosbag2 sqlite3/mcap directory or file, or ROS 1).
 
     ``topic=None`` picks the only image topic (an error lists them if there are several).

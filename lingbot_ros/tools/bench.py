@@ -47,6 +47,8 @@ CONFIGS = {  # name -> overrides of the default setup
     "every2": {"keyframes": KeyframeConfig(policy="every_n", n=2)},
     # every frame speculative, kept when the camera-motion flow passes 10 px (or 30 frames)
     "flow": {"keyframes": KeyframeConfig(policy="flow", flow_threshold=10.0, max_gap=30)},
+    # flow with threshold 0: every frame speculative and then kept (fills the window fast)
+    "flow0": {"keyframes": KeyframeConfig(policy="flow", flow_threshold=0.0, max_gap=30)},
     "nodepth": {"with_depth": False},
     "518x378": {"hw": (378, 518)},
     "split1": {"kv_splits": 1},  # flashinfer split-KV off / other part counts

@@ -1,8 +1,9 @@
 """Frame sources for the offline runner: an image folder, a video file or a rosbag2/ROS 1 bag.
 
-Here: :class:`Frame`, :class:`SourceStats`, :data:`SKIP_REASONS`, the OpenCV decoding
-helpers, the folder and video sources, and :func:`open_source`, which picks the source for a
-path. The bag source (``BagSource``, ``list_image_topics``, the message decoders) lives in
+Here: the folder and video sources, and :func:`open_source`, which picks the source for a
+path. :class:`Frame`, :class:`SourceStats`, :data:`SKIP_REASONS` and the OpenCV decoding
+helpers every source shares live in :mod:`lingbot_ros.tools.frame` (and are re-exported here);
+the bag source (``BagSource``, ``list_image_topics``, the message decoders) lives in
 :mod:`lingbot_ros.tools.bag_source`.
 
 Every source iterates :class:`Frame` ``(stamp_ns: int, image: np.ndarray, encoding: str)``
@@ -18,146 +19,22 @@ topic) raises at construction with a clear message. No rclpy; OpenCV is imported
 """
 from __future__ import annotations
 
-import logging
 import math
-import os
 import re
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, NamedTuple, Optional, Union
+from typing import Iterator, Optional
 
 import numpy as np
+
+from .bag_source import BagSource
+from .frame import (SKIP_REASONS, Frame, FrameSource, PathLike, SkippedFrame, SourceStats,
+                    check_container, cv_encoding, decode_bytes, require_cv2)
 
 __all__ = ["Frame", "SourceStats", "SkippedFrame", "SKIP_REASONS", "IMAGE_EXTENSIONS",
            "ImageFolderSource", "VideoSource", "open_source"]
 
-log = logging.getLogger("lingbot_ros.frame_sources")
-
-PathLike = Union[str, os.PathLike]
-
-SKIP_REASONS = (
-    "unreadable",  # a file that cannot be read or decoded
-    "corrupt",  # a file/payload whose structure is broken (truncated PNG/JPEG, bad CDR)
-    "truncated",  # an Image message with fewer data bytes than step * height
-    "bad_step",  # an Image message whose step is smaller than width * bytes per pixel
-    "unknown_encoding",  # an Image/CompressedImage encoding we cannot turn into pixels
-    "zero_size",  # width or height 0
-    "non_monotonic_stamp",  # a stamp not after the previous yielded frame's
-    "bad_stamp",  # a stamp that cannot be derived (e.g. a file name that is not a time)
-    "missing_frames",  # a video that ended before its announced frame count
-)
-
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm",
                     ".pnm")
-
-
-class Frame(NamedTuple):
-    stamp_ns: int
-    image: np.ndarray
-    encoding: str
-
-
-class SkippedFrame(Exception):
-    """Internal: a frame to skip, with its reason (one of SKIP_REASONS)."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-@dataclass
-class SourceStats:
-    """What a source yielded and what it skipped, by reason. ``messages`` keeps the first
-    ``max_messages`` skip messages (all are logged)."""
-
-    yielded: int = 0
-    skipped: Counter = field(default_factory=Counter)
-    messages: list = field(default_factory=list)
-    max_messages: int = 100
-
-    @property
-    def total_skipped(self) -> int:
-        return sum(self.skipped.values())
-
-    def skip(self, reason: str, message: str, count: int = 1) -> None:
-        assert reason in SKIP_REASONS, reason
-        self.skipped[reason] += count
-        log.warning("skipped %s: %s", reason, message)
-        if len(self.messages) < self.max_messages:
-            self.messages.append(f"{reason}: {message}")
-
-    def summary(self) -> str:
-        parts = ", ".join(f"{k} {v}" for k, v in sorted(self.skipped.items()))
-        return f"{self.yielded} frames" + (f", skipped {parts}" if parts else ", none skipped")
-
-
-class _Source:
-    """Shared: stamp monotonicity and stats."""
-
-    def __init__(self) -> None:
-        self.stats = SourceStats()
-        self._last_stamp: Optional[int] = None
-
-    def _emit(self, stamp_ns: int, image: np.ndarray, encoding: str,
-              where: str) -> Optional[Frame]:
-        if image.size == 0 or min(image.shape[:2]) == 0:
-            self.stats.skip("zero_size", f"{where}: image of shape {image.shape}")
-            return None
-        if self._last_stamp is not None and stamp_ns <= self._last_stamp:
-            self.stats.skip("non_monotonic_stamp", f"{where}: stamp {stamp_ns} ns is not after "
-                                                   f"the previous frame's {self._last_stamp} ns")
-            return None
-        self._last_stamp = stamp_ns
-        self.stats.yielded += 1
-        return Frame(int(stamp_ns), image, encoding)
-
-    def _restart(self) -> None:
-        self.stats = SourceStats()
-        self._last_stamp = None
-
-
-def _cv2():
-    try:
-        import cv2
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        raise RuntimeError("frame sources need OpenCV: pip install opencv-python-headless") \
-            from err
-    return cv2
-
-
-def _cv_encoding(img: np.ndarray) -> str:
-    """Encoding of an OpenCV-decoded array (BGR order)."""
-    bits = {np.dtype(np.uint8): "8", np.dtype(np.uint16): "16"}.get(img.dtype)
-    channels = 1 if img.ndim == 2 else img.shape[2]
-    name = {1: "mono", 3: "bgr", 4: "bgra"}.get(channels)
-    if bits is None or name is None:
-        raise SkippedFrame("unknown_encoding", f"decoded image has dtype {img.dtype} and "
-                                               f"{channels} channel(s)")
-    return name + bits
-
-
-def _decode_bytes(buf: np.ndarray, what: str) -> tuple[np.ndarray, str]:
-    cv2 = _cv2()
-    try:
-        img = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED)
-    except cv2.error as err:
-        raise SkippedFrame("corrupt", f"{what}: OpenCV cannot decode it ({err})") from None
-    if img is None:
-        raise SkippedFrame("corrupt", f"{what}: OpenCV cannot decode it")
-    if img.ndim == 3 and img.shape[2] == 1:
-        img = img[:, :, 0]
-    return img, _cv_encoding(img)
-
-
-def _check_container(data: bytes, what: str) -> None:
-    """Catch truncation decoders only warn about: PNG needs its IEND chunk, JPEG its EOI."""
-    if data[:8] == b"\x89PNG\r\n\x1a\n":
-        if b"IEND" not in data[-16:]:
-            raise SkippedFrame("corrupt", f"{what}: truncated PNG (no IEND chunk at the end)")
-    elif data[:2] == b"\xff\xd8":
-        if b"\xff\xd9" not in data[-16:]:
-            raise SkippedFrame("corrupt", f"{what}: truncated JPEG (no end-of-image marker)")
 
 
 # --- image folder ------------------------------------------------------------------------
@@ -166,7 +43,7 @@ def _natural_key(name: str):
     return [int(t) if t.isdigit() else t.lower() for t in re.split(r"(\d+)", name)]
 
 
-class ImageFolderSource(_Source):
+class ImageFolderSource(FrameSource):
     """Images in a folder, in natural order (``frame2`` before ``frame10``).
 
     Stamps: ``stamps='fps'`` -> ``round(i * 1e9 / fps)`` where i is the file's position in
@@ -197,7 +74,7 @@ class ImageFolderSource(_Source):
     def _stamp(self, i: int, f: Path) -> int:
         if self.stamps == "fps":
             return round(i * 1e9 / self.fps)
-        from ..session.poses import parse_stamp
+        from ..session.poses import parse_stamp  # the session package imports torch: lazily
         try:
             return parse_stamp(f.stem)
         except ValueError:
@@ -213,8 +90,8 @@ class ImageFolderSource(_Source):
                     data = f.read_bytes()
                 except OSError as err:
                     raise SkippedFrame("unreadable", f"{f}: {err}") from None
-                _check_container(data, str(f))
-                img, enc = _decode_bytes(np.frombuffer(data, np.uint8), str(f))
+                check_container(data, str(f))
+                img, enc = decode_bytes(np.frombuffer(data, np.uint8), str(f))
             except SkippedFrame as skip:
                 self.stats.skip(skip.reason, str(skip))
                 continue
@@ -225,7 +102,7 @@ class ImageFolderSource(_Source):
 
 # --- video -------------------------------------------------------------------------------
 
-class VideoSource(_Source):
+class VideoSource(FrameSource):
     """A video file decoded with OpenCV (FFmpeg). Stamps from the container's presentation
     times (``CAP_PROP_POS_MSEC``, rounded to the nanosecond); when the container has
     none, ``round(i * 1e9 / fps)``. Frames are ``bgr8``. Fewer frames than the container
@@ -236,7 +113,7 @@ class VideoSource(_Source):
         self.path = Path(path)
         if not self.path.is_file():
             raise FileNotFoundError(f"video file {self.path} does not exist")
-        cv2 = _cv2()
+        cv2 = require_cv2()
         cap = cv2.VideoCapture(str(self.path))
         try:
             if not cap.isOpened():
@@ -249,7 +126,7 @@ class VideoSource(_Source):
 
     def __iter__(self) -> Iterator[Frame]:
         self._restart()
-        cv2 = _cv2()
+        cv2 = require_cv2()
         cap = cv2.VideoCapture(str(self.path))
         i = 0
         prev_ms = None
@@ -266,7 +143,7 @@ class VideoSource(_Source):
                 prev_ms = ms
                 stamp = round(ms * 1e6) if use_pos else round(i * 1e9 / self.fps)
                 try:
-                    enc = _cv_encoding(img)
+                    enc = cv_encoding(img)
                 except SkippedFrame as skip:
                     self.stats.skip(skip.reason, f"{self.path} frame {i}: {skip}")
                     i += 1
@@ -284,7 +161,7 @@ class VideoSource(_Source):
 
 
 def open_source(path: PathLike, topic: Optional[str] = None, fps: float = 30.0,
-                stamps: Optional[str] = None) -> _Source:
+                stamps: Optional[str] = None) -> FrameSource:
     """Pick the source for ``path``: a bag (a rosbag2 directory with ``metadata.yaml``,
     a ``.db3``/``.mcap``/``.bag`` file), an image folder, or a video file."""
     p = Path(path)
@@ -293,7 +170,6 @@ def open_source(path: PathLike, topic: Optional[str] = None, fps: float = 30.0,
     is_bag = ((p.is_dir() and (p / "metadata.yaml").is_file())
               or p.suffix.lower() in (".db3", ".mcap", ".bag"))
     if is_bag:
-        from .bag_source import BagSource  # bag_source imports this module: import it here
         return BagSource(p, topic, stamps or "header")
     if p.is_dir():
         return ImageFolderSource(p, fps, stamps or "fps")

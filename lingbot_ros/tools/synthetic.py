@@ -1,5 +1,6 @@
 """Deterministic synthetic camera sequences with exact ground truth: the scene, the camera
-path and the renderer (:func:`render_sequence` -> :class:`SyntheticSequence`).
+path and the renderer (:func:`render_sequence` -> :class:`SyntheticSequence`), and the CLI
+that renders a sequence and writes it (:func:`main`).
 
 The scene is a textured box room (6 m x 5 m x 2.6 m, world z up) with three textured boxes
 on the floor, ray cast in numpy along a smooth camera path (a slow arc at eye height with
@@ -10,20 +11,27 @@ second on one core.
 Ground truth: ``c2w`` (camera-to-world, room frame) and z-depth per frame. The writers for
 every input the offline runner and the ROS demo read (image folder, video, rosbag2
 sqlite3/mcap, each with a TUM ground truth beside it) are in
-:mod:`lingbot_ros.tools.synthetic_writers`. Pure numpy: no OpenCV, rosbags or rclpy here.
+:mod:`lingbot_ros.tools.synthetic_writers`, which this module's CLI calls (they import OpenCV
+and rosbags lazily, in the writer that needs them). The scene and renderer are pure numpy: no
+OpenCV, rosbags or rclpy.
 
 CLI: ``python -m lingbot_ros.tools.synthetic OUT_DIR [--frames N] [--width W] [--height H]
-[--formats folder,video,sqlite3,mcap]`` (runs ``synthetic_writers.main``).
+[--formats folder,video,sqlite3,mcap]`` (:func:`main`).
 """
 from __future__ import annotations
 
+import argparse
 import sys
-from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
 
 import numpy as np
 
+from .synthetic_sequence import SyntheticSequence
+from .synthetic_writers import write_bag, write_image_folder, write_video
+
 __all__ = ["SyntheticSequence", "default_intrinsics", "camera_path", "render_view",
-           "render_sequence"]
+           "render_sequence", "main"]
 
 ROOM_MIN = np.array([-3.0, -2.5, 0.0])
 ROOM_MAX = np.array([3.0, 2.5, 2.6])
@@ -34,37 +42,6 @@ BOXES = (
     (np.array([0.9, -2.0, 0.0]), np.array([1.6, -1.3, 0.5])),
 )
 _NUM_SURFACES = 6 + 6 * len(BOXES)  # room planes, then 6 faces per box
-
-
-@dataclass(frozen=True)
-class SyntheticSequence:
-    """Frames with exact ground truth. ``images`` (N, H, W, 3) uint8 **RGB**; ``depths``
-    (N, H, W) float32 z-depth in metres; ``c2w`` (N, 4, 4) float64 camera-to-world (OpenCV
-    camera axes, room world, z up); ``K`` (3, 3) float64; ``stamps_ns`` (N,) int64."""
-
-    images: np.ndarray
-    depths: np.ndarray
-    c2w: np.ndarray
-    K: np.ndarray
-    stamps_ns: np.ndarray
-    fps: float
-
-    def __len__(self) -> int:
-        return len(self.images)
-
-    @property
-    def c2w_relative(self) -> np.ndarray:
-        """c2w with the first camera as the world (the model's convention)."""
-        first = self.c2w[0]
-        inv = np.eye(4)
-        inv[:3, :3] = first[:3, :3].T
-        inv[:3, 3] = -first[:3, :3].T @ first[:3, 3]
-        return inv @ self.c2w
-
-    @property
-    def index_stamps_ns(self) -> np.ndarray:
-        """``round(i * 1e9 / fps)``: what a folder or video source yields."""
-        return np.round(np.arange(len(self)) * (1e9 / self.fps)).astype(np.int64)
 
 
 def default_intrinsics(width: int, height: int, hfov_deg: float = 70.0) -> np.ndarray:
@@ -206,6 +183,37 @@ def render_sequence(num_frames: int = 100, width: int = 160, height: int = 120,
     return SyntheticSequence(images, depths, c2w, K, stamps, float(fps))
 
 
-if __name__ == "__main__":  # the CLI renders and writes: it lives with the writers
-    from lingbot_ros.tools.synthetic_writers import main
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """The CLI: render a sequence, then write it in each of ``--formats``."""
+    ap = argparse.ArgumentParser(prog="python -m lingbot_ros.tools.synthetic",
+                                 description="Writers for synthetic sequences: image folder, "
+                                             "video and rosbag2, each with ground truth.")
+    ap.add_argument("out", type=Path, help="output directory (created)")
+    ap.add_argument("--frames", type=int, default=100)
+    ap.add_argument("--width", type=int, default=160)
+    ap.add_argument("--height", type=int, default=120)
+    ap.add_argument("--fps", type=float, default=30.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--supersample", type=int, default=1)
+    ap.add_argument("--formats", default="folder,video,sqlite3,mcap",
+                    help="comma list of folder, video, sqlite3, mcap")
+    args = ap.parse_args(argv)
+    seq = render_sequence(args.frames, args.width, args.height, args.fps, args.seed,
+                          supersample=args.supersample)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for fmt in [f.strip() for f in args.formats.split(",") if f.strip()]:
+        if fmt == "folder":
+            out = write_image_folder(seq, args.out / "frames")
+        elif fmt == "video":
+            out = write_video(seq, args.out / "video.avi")
+        elif fmt in ("sqlite3", "mcap"):
+            out = write_bag(seq, args.out / f"bag_{fmt}", storage=fmt,
+                            compressed_topic="/camera/image_raw/compressed")
+        else:
+            ap.error(f"unknown format {fmt!r}")
+        print(f"{fmt}: {out.path} ({out.frames} frames), ground truth {out.gt_path}")
+    return 0
+
+
+if __name__ == "__main__":
     sys.exit(main())

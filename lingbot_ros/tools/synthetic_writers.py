@@ -1,8 +1,9 @@
 """Writers for synthetic sequences: image folder, video and rosbag2, each with ground truth.
 
-They write a :class:`~lingbot_ros.tools.synthetic.SyntheticSequence` as every input the offline
-runner and the ROS demo read (a PNG folder, an .avi/.mp4 video, a rosbag2 sqlite3/mcap);
-:func:`main` is the CLI that renders a sequence and writes it.
+They write a :class:`~lingbot_ros.tools.synthetic_sequence.SyntheticSequence` (rendered by
+:func:`lingbot_ros.tools.synthetic.render_sequence`) as every input the offline runner and the
+ROS demo read (a PNG folder, an .avi/.mp4 video, a rosbag2 sqlite3/mcap). The CLI that renders
+a sequence and writes it is ``lingbot_ros.tools.synthetic.main``.
 
 The TUM file a writer leaves beside its output (``<name>.gt.tum``, :func:`gt_path_for`) holds
 the poses **relative to the first camera, OpenCV optical axes** -- the model's own convention
@@ -14,22 +15,20 @@ No rclpy: the bag writer uses ``rosbags`` (CDR, Kilted typestore). OpenCV and ro
 imported only by the writers that need them.
 
 CLI: ``python -m lingbot_ros.tools.synthetic OUT_DIR [--frames N] [--width W] [--height H]
-[--formats folder,video,sqlite3,mcap]`` (or ``-m lingbot_ros.tools.synthetic_writers``).
+[--formats folder,video,sqlite3,mcap]``.
 """
 from __future__ import annotations
 
-import argparse
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from .synthetic import SyntheticSequence, render_sequence
+from .synthetic_sequence import SyntheticSequence
 
 __all__ = ["Written", "gt_path_for", "write_gt_tum", "write_image_folder", "write_video",
-           "write_bag", "main"]
+           "write_bag"]
 
 PathLike = Union[str, Path]
 
@@ -176,37 +175,3 @@ def write_bag(seq: SyntheticSequence, path: PathLike, storage: str = "sqlite3",
                 writer.write(info_conn, stamp, ts.serialize_cdr(imsg, imsg.__msgtype__))
     gt = write_gt_tum(seq, gt_path_for(path), seq.stamps_ns, gt_frame)
     return Written(path, gt, len(seq))
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m lingbot_ros.tools.synthetic",
-                                 description=__doc__.splitlines()[0])
-    ap.add_argument("out", type=Path, help="output directory (created)")
-    ap.add_argument("--frames", type=int, default=100)
-    ap.add_argument("--width", type=int, default=160)
-    ap.add_argument("--height", type=int, default=120)
-    ap.add_argument("--fps", type=float, default=30.0)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--supersample", type=int, default=1)
-    ap.add_argument("--formats", default="folder,video,sqlite3,mcap",
-                    help="comma list of folder, video, sqlite3, mcap")
-    args = ap.parse_args(argv)
-    seq = render_sequence(args.frames, args.width, args.height, args.fps, args.seed,
-                          supersample=args.supersample)
-    args.out.mkdir(parents=True, exist_ok=True)
-    for fmt in [f.strip() for f in args.formats.split(",") if f.strip()]:
-        if fmt == "folder":
-            out = write_image_folder(seq, args.out / "frames")
-        elif fmt == "video":
-            out = write_video(seq, args.out / "video.avi")
-        elif fmt in ("sqlite3", "mcap"):
-            out = write_bag(seq, args.out / f"bag_{fmt}", storage=fmt,
-                            compressed_topic="/camera/image_raw/compressed")
-        else:
-            ap.error(f"unknown format {fmt!r}")
-        print(f"{fmt}: {out.path} ({out.frames} frames), ground truth {out.gt_path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

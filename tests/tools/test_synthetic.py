@@ -7,7 +7,7 @@ import pytest
 
 from lingbot_ros.session.keyframes import camera_motion_flow
 from lingbot_ros.session.poses import c2w_to_map, read_tum
-from lingbot_ros.tools import synthetic_writers
+from lingbot_ros.tools import synthetic
 from lingbot_ros.tools.synthetic import default_intrinsics, render_sequence
 from lingbot_ros.tools.synthetic_writers import (gt_path_for, write_bag, write_image_folder,
                                                  write_video)
@@ -147,8 +147,8 @@ def test_bag_writer(seq, tmp_path, storage):
 
 
 def test_cli(tmp_path, capsys):
-    assert synthetic_writers.main([str(tmp_path), "--frames", "3", "--width", "32", "--height",
-                                   "24", "--formats", "folder,sqlite3"]) == 0
+    assert synthetic.main([str(tmp_path), "--frames", "3", "--width", "32", "--height", "24",
+                           "--formats", "folder,sqlite3"]) == 0
     assert len(list((tmp_path / "frames").iterdir())) == 3
     assert (tmp_path / "bag_sqlite3" / "metadata.yaml").is_file()
     assert (tmp_path / "frames.gt.tum").is_file() and (tmp_path / "bag_sqlite3.gt.tum").is_file()

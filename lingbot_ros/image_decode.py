@@ -1,0 +1,144 @@
+"""Raw ``sensor_msgs/Image`` data -> numpy arrays: the encodings table and the one decoder.
+
+:data:`ENCODINGS` names every raw layout the package understands (ROS names from
+``sensor_msgs/image_encodings.hpp`` and OpenCV's ``8UCn``/``16UCn``) with its
+:class:`PixelFormat`. :func:`check_image` validates a message's geometry against its data,
+:func:`image_pixels` turns a checked message into an array, :func:`decode_image` does both. A
+malformed message raises :class:`ImageRejected`, whose ``reason`` (one of
+:data:`REJECT_REASONS`) is short enough to key a drop counter.
+
+A "message" is anything with the fields of ``sensor_msgs/Image`` (``height``, ``width``,
+``encoding``, ``step``, ``is_bigendian``, ``data``): an rclpy message (``ros/convert.py``) or a
+deserialized rosbags one (``tools/bag_source.py``). The array is in the message's own layout --
+``(H, W)`` for one channel, ``(H, W, C)`` otherwise, native byte order -- and views the
+message's buffer where it can (8-bit and native-order 16-bit data; row padding is skipped
+through strides): do not mutate it, and copy it to keep it beyond the message. Channel order,
+alpha and bit depth are left to ``lingbot_ros.preprocess``, which reads the same table.
+
+numpy only: no rclpy, ROS message packages, torch or OpenCV.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+__all__ = ["ENCODINGS", "REJECT_REASONS", "ImageRejected", "PixelFormat", "check_image",
+           "decode_image", "image_pixels"]
+
+# Every reason an image can be refused for; decode_failed comes from compressed images and
+# cv_bridge (ros/convert.py), the others from check_image.
+REJECT_REASONS = ("unknown_encoding", "bad_step", "zero_size", "truncated", "too_large",
+                  "decode_failed")
+
+
+@dataclass(frozen=True, slots=True)
+class PixelFormat:
+    """Memory layout of one encoding: channels per pixel, the numpy dtype of a channel, and
+    the channel order ('rgb', 'bgr', 'rgba', 'bgra' or 'mono')."""
+
+    channels: int
+    dtype: str  # 'uint8' | 'uint16'
+    order: str
+
+    @property
+    def bytes_per_pixel(self) -> int:
+        return self.channels * np.dtype(self.dtype).itemsize
+
+
+# Names are exact (case matters, as in ROS). The OpenCV type names (8UC3, ...) carry no channel
+# order; they are read in cv2 order (BGR/BGRA).
+ENCODINGS: dict[str, PixelFormat] = {
+    "rgb8": PixelFormat(3, "uint8", "rgb"), "bgr8": PixelFormat(3, "uint8", "bgr"),
+    "rgba8": PixelFormat(4, "uint8", "rgba"), "bgra8": PixelFormat(4, "uint8", "bgra"),
+    "mono8": PixelFormat(1, "uint8", "mono"), "mono16": PixelFormat(1, "uint16", "mono"),
+    "rgb16": PixelFormat(3, "uint16", "rgb"), "bgr16": PixelFormat(3, "uint16", "bgr"),
+    "rgba16": PixelFormat(4, "uint16", "rgba"), "bgra16": PixelFormat(4, "uint16", "bgra"),
+    "8UC1": PixelFormat(1, "uint8", "mono"), "8UC3": PixelFormat(3, "uint8", "bgr"),
+    "8UC4": PixelFormat(4, "uint8", "bgra"), "16UC1": PixelFormat(1, "uint16", "mono"),
+    "16UC3": PixelFormat(3, "uint16", "bgr"), "16UC4": PixelFormat(4, "uint16", "bgra"),
+}
+
+
+class ImageRejected(ValueError):
+    """An image that cannot become an array. ``reason`` is one of REJECT_REASONS."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        assert reason in REJECT_REASONS, reason
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def check_image(msg, *, max_pixels: Optional[int] = None,
+                aligned_step: bool = False) -> PixelFormat:
+    """Check an Image's geometry against its data, without touching the pixels.
+
+    Args:
+        msg: the message (see the module docstring).
+        max_pixels: refuse ``width * height`` above this; None: no bound.
+        aligned_step: also refuse a ``step`` that is not a multiple of the channel size
+            (an odd step for 16-bit data).
+    Returns:
+        The PixelFormat of ``msg.encoding``.
+    Raises:
+        ImageRejected: unknown_encoding, zero_size, too_large, bad_step (step shorter than a
+            row, or unaligned when asked) or truncated (fewer than step * height bytes; extra
+            trailing bytes are ignored).
+    """
+    encoding = str(msg.encoding)
+    fmt = ENCODINGS.get(encoding)
+    if fmt is None:
+        raise ImageRejected("unknown_encoding",
+                            f"encoding {encoding[:40]!r} is not one of {', '.join(ENCODINGS)}")
+    height, width, step = int(msg.height), int(msg.width), int(msg.step)
+    if height == 0 or width == 0:
+        raise ImageRejected("zero_size", f"{width}x{height} image")
+    if max_pixels is not None and height * width > max_pixels:
+        raise ImageRejected("too_large", f"{width}x{height} is over max_pixels={max_pixels}")
+    itemsize = np.dtype(fmt.dtype).itemsize
+    row = width * fmt.bytes_per_pixel
+    if step < row:
+        raise ImageRejected("bad_step", f"step {step} < width {width} x {fmt.channels} "
+                                        f"channel(s) x {itemsize} byte(s) = {row} "
+                                        f"({encoding})")
+    if aligned_step and step % itemsize:
+        raise ImageRejected("bad_step", f"step {step} is not a multiple of {itemsize} "
+                                        f"({encoding})")
+    if len(msg.data) < step * height:
+        raise ImageRejected("truncated", f"data has {len(msg.data)} bytes, {height} rows of "
+                                         f"step {step} need {step * height}")
+    return fmt
+
+
+def image_pixels(msg, fmt: PixelFormat) -> np.ndarray:
+    """A message that passed :func:`check_image` -> ``(H, W)`` or ``(H, W, C)`` array, native
+    byte order: a view of ``msg.data`` for 8-bit and native-order data, a copy otherwise."""
+    dtype = np.dtype(fmt.dtype)
+    swapped = dtype.itemsize > 1 and bool(msg.is_bigendian) != (sys.byteorder == "big")
+    if swapped:
+        dtype = dtype.newbyteorder()
+    # Strides skip the row padding; the view shares the message buffer.
+    array = np.ndarray(shape=(int(msg.height), int(msg.width), fmt.channels), dtype=dtype,
+                       buffer=_byte_buffer(msg.data),
+                       strides=(int(msg.step), fmt.bytes_per_pixel, dtype.itemsize))
+    if swapped:
+        array = array.astype(dtype.newbyteorder())  # a native copy
+    return array[:, :, 0] if fmt.channels == 1 else array
+
+
+def decode_image(msg, *, max_pixels: Optional[int] = None,
+                 aligned_step: bool = False) -> np.ndarray:
+    """:func:`check_image` then :func:`image_pixels`."""
+    return image_pixels(msg, check_image(msg, max_pixels=max_pixels, aligned_step=aligned_step))
+
+
+def _byte_buffer(data):
+    """``Image.data`` (bytes, array.array('B'), a numpy uint8 array or a list) as flat bytes,
+    without copying where the object exposes a contiguous buffer."""
+    try:
+        return memoryview(data).cast("B")
+    except TypeError:  # a list, or a non-contiguous array
+        return np.asarray(data, dtype=np.uint8).reshape(-1)
