@@ -12,10 +12,14 @@ DTYPES = ("float32", "bfloat16", "float16")
 BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
+def is_positive_int(value) -> bool:
+    """An int >= 1 (bools are not counts)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
 def check_positive_int(name: str, value) -> None:
-    """Raise ValueError("<name> must be a positive integer, ...") unless ``value`` is an int >= 1
-    (bools are refused)."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    """Raise ValueError("<name> must be a positive integer, ...") unless ``is_positive_int``."""
+    if not is_positive_int(value):
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 

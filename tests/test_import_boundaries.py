@@ -6,6 +6,7 @@
   lingbot_ros/model/qk_norm_rope_triton.py imports triton;
 - the cache bookkeeping modules import no torch or numpy;
 - cache/ and attention/ never import model/, session/ or ros/; model/ never imports session/ or ros/;
+- ros/ reaches the session layer through its package API (``lingbot_ros.session``) only;
 - no import cycles between lingbot_ros modules, lazy (function-level) imports included.
 """
 import ast
@@ -90,6 +91,21 @@ def test_lower_layers_do_not_import_upper_layers():
                 parts = name.split(".")
                 if parts[0] == "lingbot_ros" and len(parts) > 1:
                     assert parts[1] not in banned, (f.relative_to(PKG).as_posix(), name)
+
+
+def test_ros_uses_the_session_package_api_only():
+    for f in files("ros"):
+        for name in imported_modules(f):
+            parts = name.split(".")
+            if parts[:2] == ["lingbot_ros", "session"]:
+                assert len(parts) == 2, (f.relative_to(PKG).as_posix(), name)
+
+
+def test_the_session_package_exports_what_it_names():
+    import lingbot_ros.session as session
+    assert all(hasattr(session, name) for name in session.__all__)
+    assert {"StreamingSession", "StreamRunner", "StepKind", "FrameResult", "FrameRejected",
+            "open_session", "warm_up"} <= set(session.__all__)
 
 
 def module_name(path: Path) -> str:
@@ -209,12 +225,15 @@ def test_no_import_cycles():
         " -> ".join(cycle) for cycle in cycles)
 
 
-@pytest.mark.parametrize("layer", ["tools", "ros"])
-def test_no_private_names_imported_across_modules(layer):
-    """A name shared between modules is public: no ``from .x import _helper`` in tools/, ros/."""
-    for f in files(layer):
+TESTS = PKG.parent / "tests"
+
+
+@pytest.mark.parametrize("root", [PKG, TESTS], ids=["lingbot_ros", "tests"])
+def test_no_private_names_imported_across_modules(root):
+    """A name shared between modules is public: no ``from .x import _helper`` anywhere."""
+    for f in sorted(root.rglob("*.py")):
         for node in ast.walk(ast.parse(f.read_text(), filename=str(f))):
             if isinstance(node, ast.ImportFrom) and node.module != "__future__":
                 private = [a.name for a in node.names
                            if a.name.startswith("_") and not a.name.startswith("__")]
-                assert not private, (f.relative_to(PKG).as_posix(), node.lineno, private)
+                assert not private, (f.relative_to(root.parent).as_posix(), node.lineno, private)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from ..config import check_positive_int, is_positive_int
 from .errors import CacheError, TransactionError
 
 
@@ -33,8 +34,7 @@ class CameraKVCache:
         for name, value in (("num_iterations", num_iterations), ("num_layers", num_layers),
                             ("num_heads", num_heads), ("head_dim", head_dim),
                             ("chunk_frames", chunk_frames)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            check_positive_int(name, value)
         self.num_iterations = num_iterations
         self.num_layers = num_layers
         self.num_heads = num_heads
@@ -66,7 +66,7 @@ class CameraKVCache:
         Raises ``TransactionError`` if a step is pending and ``CacheError`` for a bad count;
         the cache is unchanged in both cases.
         """
-        if not isinstance(num_frames, int) or isinstance(num_frames, bool) or num_frames < 1:
+        if not is_positive_int(num_frames):
             raise CacheError(f"a step needs at least one frame, got {num_frames!r}")
         if self._txn is not None:
             raise TransactionError("a camera-cache step is still pending: commit() or rollback() "

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import CacheConfig
+from ..config import CacheConfig, is_positive_int
 from .errors import CacheError, TransactionError
 from .page_pool import PagePool
 from .patch_stream import PatchStream
@@ -155,7 +155,7 @@ class PageTable:
 
     # -- checks ----------------------------------------------------------------------------
     def _check_can_begin(self, num_frames: int) -> None:
-        if not isinstance(num_frames, int) or num_frames < 1:
+        if not is_positive_int(num_frames):
             raise CacheError(f"a step needs at least one frame, got {num_frames!r}")
         if self._pending is not None:
             raise TransactionError(

@@ -14,14 +14,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
-from ..config import CacheConfig
+from ..config import CacheConfig, check_non_negative_int, check_positive_int
 
 NUM_SPECIAL_TOKENS_EXTRA = 2  # camera + scale; the registers come on top
-
-
-def _positive_int(name: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def _positive_float(name: str, value) -> None:
@@ -49,10 +44,8 @@ class DinoConfig:
 
     def __post_init__(self) -> None:
         for name in ("embed_dim", "depth", "num_heads", "pos_embed_grid"):
-            _positive_int(f"dino.{name}", getattr(self, name))
-        if not isinstance(self.num_register_tokens, int) or self.num_register_tokens < 0:
-            raise ValueError("dino.num_register_tokens must be >= 0, got "
-                             f"{self.num_register_tokens!r}")
+            check_positive_int(f"dino.{name}", getattr(self, name))
+        check_non_negative_int("dino.num_register_tokens", self.num_register_tokens)
         _positive_float("dino.mlp_ratio", self.mlp_ratio)
         _positive_float("dino.norm_eps", self.norm_eps)
         _divides("dino", self.embed_dim, self.num_heads)
@@ -77,9 +70,8 @@ class AggregatorConfig:
 
     def __post_init__(self) -> None:
         for name in ("embed_dim", "depth", "num_heads"):
-            _positive_int(f"aggregator.{name}", getattr(self, name))
-        if not isinstance(self.num_register_tokens, int) or self.num_register_tokens < 0:
-            raise ValueError("aggregator.num_register_tokens must be >= 0")
+            check_positive_int(f"aggregator.{name}", getattr(self, name))
+        check_non_negative_int("aggregator.num_register_tokens", self.num_register_tokens)
         _positive_float("aggregator.mlp_ratio", self.mlp_ratio)
         _positive_float("aggregator.frame_rope_base", self.frame_rope_base)
         _positive_float("aggregator.video_rope_theta", self.video_rope_theta)
@@ -118,7 +110,7 @@ class CameraHeadConfig:
 
     def __post_init__(self) -> None:
         for name in ("trunk_depth", "num_heads", "num_iterations"):
-            _positive_int(f"camera_head.{name}", getattr(self, name))
+            check_positive_int(f"camera_head.{name}", getattr(self, name))
         _positive_float("camera_head.mlp_ratio", self.mlp_ratio)
 
 
@@ -133,11 +125,11 @@ class DPTConfig:
 
     def __post_init__(self) -> None:
         for name in ("features", "head_features_2", "frames_chunk_size"):
-            _positive_int(f"dpt.{name}", getattr(self, name))
+            check_positive_int(f"dpt.{name}", getattr(self, name))
         if len(self.out_channels) != 4:
             raise ValueError(f"dpt.out_channels needs 4 entries, got {self.out_channels!r}")
         for c in self.out_channels:
-            _positive_int("dpt.out_channels[*]", c)
+            check_positive_int("dpt.out_channels[*]", c)
         if self.features % 2:
             raise ValueError(f"dpt.features must be even, got {self.features}")
 
@@ -154,7 +146,7 @@ class GCTConfig:
     point_head: Optional[DPTConfig] = None
 
     def __post_init__(self) -> None:
-        _positive_int("patch_size", self.patch_size)
+        check_positive_int("patch_size", self.patch_size)
         if self.dino.embed_dim != self.aggregator.embed_dim:
             raise ValueError(f"dino.embed_dim {self.dino.embed_dim} must equal "
                              f"aggregator.embed_dim {self.aggregator.embed_dim} (DINO patch "

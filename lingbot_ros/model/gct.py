@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 from torch.profiler import record_function
 
+from ..config import PRECISIONS, check_positive_int
 from . import qk_fused
 from .aggregator import Aggregator
 from .camera_head import CameraHead
@@ -62,10 +63,10 @@ class GCTModel(nn.Module):
                 ``bfloat16``.
         """
         device = torch.device(device)
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
         if precision == "auto":
             precision = "bf16" if device.type == "cuda" else "fp32"
-        if precision not in ("fp32", "bf16"):
-            raise ValueError(f"precision must be 'fp32', 'bf16' or 'auto', got {precision!r}")
         self.to(device=device, dtype=torch.float32).eval().requires_grad_(False)
         if device.type == "cuda":
             # The dense heads' tokens arrive channels-last ((n, h*w, C) viewed as NCHW); with
@@ -155,9 +156,7 @@ class GCTModel(nn.Module):
         if images.dim() != 4 or images.shape[1] != 3:
             raise ValueError(f"images must be (n, 3, H, W), got {tuple(images.shape)}")
         self.config.patch_grid((images.shape[2], images.shape[3]))
-        if not isinstance(num_scale_frames, int) or num_scale_frames < 1:
-            raise ValueError("num_scale_frames must be a positive integer, got "
-                             f"{num_scale_frames!r}")
+        check_positive_int("num_scale_frames", num_scale_frames)
         n = images.shape[0]
         if n > num_scale_frames:
             raise ValueError(f"a step of {n} frames exceeds num_scale_frames={num_scale_frames}")

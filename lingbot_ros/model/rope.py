@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 
-def _rotate(x: Tensor, cos: Tensor, signed_sin: Tensor, partner: Tensor) -> Tensor:
+def rotate(x: Tensor, cos: Tensor, signed_sin: Tensor, partner: Tensor) -> Tensor:
     """Any RoPE pairing as ``x * cos + x[..., partner] * signed_sin``: three kernels.
 
     Channel c pairs with ``partner[c]``; ``signed_sin`` is -sin on the first channel of each
@@ -67,7 +67,7 @@ class FrameRope:
 
     def __call__(self, x: Tensor) -> Tensor:
         """Rotate x: (B, heads, N, head_dim) -> same shape."""
-        return _rotate(x, *self._tables(x.dtype))
+        return rotate(x, *self._tables(x.dtype))
 
     def tables(self) -> tuple[Tensor, Tensor, Tensor]:
         """float32 ``(cos (N, d), signed_sin (N, d), partner (d,))`` for fused kernels."""
@@ -148,7 +148,7 @@ class VideoRope:
 
     def __call__(self, x: Tensor) -> Tensor:
         """Rotate x: (N, heads, head_dim) -> same shape and dtype."""
-        return _rotate(x, *self._tables(x.dtype))
+        return rotate(x, *self._tables(x.dtype))
 
     def tables(self) -> tuple[Tensor, Tensor, Tensor]:
         """float32 ``(cos (N, d), signed_sin (N, d), partner (d,))`` for fused kernels."""

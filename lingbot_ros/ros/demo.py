@@ -108,8 +108,8 @@ def _summary(args, bag, status, num_poses, wall, info, saved, reset, after, repl
 def _ape(saved, bag, checkpoint) -> str:
     if not checkpoint:
         return "skipped (random weights; pass --checkpoint for a meaningful number)"
-    from ..session.poses import read_tum
-    from ..session.sim3 import ate_rmse
+    from ..session import read_tum
+    from ..session import ate_rmse
     est_s, est = read_tum(saved.message.split(" to ")[-1])
     gt_s, gt = read_tum(bag.gt_path)
     common = sorted(set(est_s.tolist()) & set(gt_s.tolist()))

@@ -39,7 +39,7 @@ def build(stamp, name: str, hardware_id: str, counters: dict, rates: dict,
                if k in ("p50", "p99") and v is not None]
     values += [_kv(k, v) for k, v in sorted(counters.items())]
     if session_info is not None:
-        values += [_kv("phase", session_info["phase"]), _kv("window", session_info["window"]),
+        values += [_kv("phase", session_info["phase"]), _kv("segment", session_info["segment"]),
                    _kv("rollovers", session_info["rollovers"]),
                    _kv("keyframes", session_info["keyframes"]),
                    _kv("attention", session_info["attention"]),

@@ -8,7 +8,7 @@ from nav_msgs.msg import Odometry
 from sensor_msgs.msg import PointCloud2, PointField
 from std_msgs.msg import Header
 
-from ..session.poses import c2w_to_map, rotation_to_quaternion
+from ..session import c2w_to_map, rotation_to_quaternion
 
 _CACHE_FIELDS_INT = ("frames_seen", "frames_committed", "frames_rolled_back", "frames_cached",
                      "scale_frames", "window_frames", "special_frames", "special_tokens",

@@ -22,10 +22,8 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 from std_msgs.msg import Header
 
-from ..session.factory import load_session_model, warm_up
-from ..session.session import StreamingSession
-from ..session.stats import LatencyWindow
-from ..session.types import FrameRejected
+from ..session import (FrameRejected, LatencyWindow, StreamingSession, load_session_model,
+                       warm_up)
 from . import params
 from .convert import ImageLimits, ImageRejected, compressed_to_array, image_to_array
 from .messages import ns_to_stamp, stamp_to_ns

@@ -14,9 +14,7 @@ from std_msgs.msg import Header
 from tf2_msgs.msg import TFMessage
 
 from ..config import NodeConfig
-from ..session.points import frame_points
-from ..session.poses import R_BODY_OPTICAL
-from ..session.types import FrameResult
+from ..session import R_BODY_OPTICAL, FrameResult, frame_points
 from .messages import camera_in_map, ns_to_stamp, odometry, point_cloud, pose_stamped, transform
 
 PATH_MIN_PERIOD_S = 0.2  # a long Path is heavy: publish it at most 5 times a second

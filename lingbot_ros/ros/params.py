@@ -14,7 +14,7 @@ from typing import Any, Optional
 from ..config import (ATTENTION_BACKENDS, FLASHINFER_VARIANTS, FUSED_KERNEL_MODES, IMAGE_QOS,
                       KEYFRAME_POLICIES, MAX_KV_SPLITS, PRECISIONS, TF_MODES, KeyframeConfig,
                       NodeConfig, PreprocessConfig, SessionConfig)
-from ..session.factory import PRESETS
+from ..session import PRESETS
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ PARAMS: tuple[Param, ...] = (
     Param("input.width", 518, "model input width, multiple of 14", 14, 4088),
     Param("input.height", 0, "model input height, multiple of 14; 0 = from the aspect", 0, 4088),
     Param("session.num_scale_frames", 8, "anchor frames processed together first", 1, 64),
-    Param("session.rollover_keyframes", 320, "keyframes per window; 0 = never roll over", 0,
+    Param("session.rollover_keyframes", 320, "keyframes per segment (then a new Sim(3)-aligned segment); 0 = never roll over", 0,
           100_000),
     Param("session.with_depth", True, "run the depth head on every frame"),
     Param("cache.window", 64, "frames of full context, current included", 1, 1024),

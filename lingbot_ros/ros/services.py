@@ -9,7 +9,7 @@ from lingbot_ros_interfaces.srv import GetCacheInfo, SaveTrajectory
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from std_srvs.srv import Trigger
 
-from ..session.poses import write_tum
+from ..session import write_tum
 from .messages import cache_info, camera_in_map
 
 

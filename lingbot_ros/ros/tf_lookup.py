@@ -5,7 +5,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..session.poses import tq_to_matrix
+from ..session import tq_to_matrix
 
 Lookup = Callable[[str, str, object], Optional[np.ndarray]]
 

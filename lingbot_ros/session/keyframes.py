@@ -37,7 +37,7 @@ from typing import Optional, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from ..config import KeyframeConfig
+from ..config import KeyframeConfig, check_positive_int
 
 __all__ = ["KeyframePolicy", "AllFrames", "EveryN", "FlowKeyframes", "camera_motion_flow",
            "make_policy"]
@@ -176,8 +176,7 @@ class EveryN(_Base):
 
     def __init__(self, n: int) -> None:
         super().__init__()
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ValueError(f"n must be a positive integer, got {n!r}")
+        check_positive_int("n", n)
         self.n = n
 
     def decide(self, frame_index: int, depth: Optional[Tensor] = None,

@@ -34,10 +34,10 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from ..config import KeyframeConfig, PreprocessConfig, SessionConfig
+from ..attention import BACKENDS
+from ..config import FLASHINFER_VARIANTS, KeyframeConfig, PreprocessConfig, SessionConfig
 from ..model.presets import preset_config, random_model
-from ..session.factory import warm_up
-from ..session.session import StreamingSession
+from ..session import StreamingSession, warm_up
 from .bench_profile import profile_stages, stage_split
 
 CONFIGS = {  # name -> overrides of the default setup
@@ -197,9 +197,9 @@ def main(argv=None) -> int:
     p.add_argument("--height", type=int, default=378)
     p.add_argument("--width", type=int, default=504)
     p.add_argument("--preset", default="official", choices=("official", "tiny"))
-    p.add_argument("--backend", default=None, choices=("torch_ref", "flashinfer"),
+    p.add_argument("--backend", default=None, choices=BACKENDS,
                    help="default: flashinfer on CUDA, torch_ref on CPU")
-    p.add_argument("--variant", default="fa3", choices=("fa2", "fa3", "auto"))
+    p.add_argument("--variant", default="fa3", choices=FLASHINFER_VARIANTS)
     p.add_argument("--kv-splits", type=int, default=4, help="flashinfer split-KV parts")
     p.add_argument("--rollover", type=int, default=320, help="keyframes per window (0: never)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

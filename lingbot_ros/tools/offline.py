@@ -19,11 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import KEYFRAME_POLICIES, KeyframeConfig, PreprocessConfig, SessionConfig
-from ..session.factory import PRESETS, open_session
-from ..session.points import PointAccumulator, frame_points
-from ..session.sim3 import ate_rmse
-from ..session.types import FrameRejected
+from ..config import (ATTENTION_BACKENDS, FLASHINFER_VARIANTS, KEYFRAME_POLICIES, KeyframeConfig,
+                      PreprocessConfig, SessionConfig)
+from ..session import (PRESETS, FrameRejected, PointAccumulator, ate_rmse, frame_points,
+                       open_session)
 from .frame_sources import open_source
 
 log = logging.getLogger("lingbot_ros.offline")
@@ -42,10 +41,10 @@ def parse_args(argv):
     p.add_argument("--preset", choices=PRESETS, default="tiny",
                    help="network size without a checkpoint (default tiny)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
-    p.add_argument("--backend", choices=("auto", "torch_ref", "flashinfer"), default="auto",
+    p.add_argument("--backend", choices=ATTENTION_BACKENDS, default="auto",
                    help="attention backend (auto: flashinfer on CUDA when installed, else "
                    "torch_ref)")
-    p.add_argument("--variant", choices=("auto", "fa2", "fa3"), default="auto",
+    p.add_argument("--variant", choices=FLASHINFER_VARIANTS, default="auto",
                    help="flashinfer variant (auto: fa3 on Hopper, else fa2)")
     p.add_argument("--width", type=int, default=518, help="model input width (multiple of 14)")
     p.add_argument("--height", type=int, help="fixed model input height (default: from aspect)")

@@ -5,7 +5,7 @@ import torch
 
 from lingbot_ros.model import qk_fused
 from lingbot_ros.model.layers import Attention
-from lingbot_ros.model.rope import FrameRope, VideoRope, _rotate
+from lingbot_ros.model.rope import FrameRope, VideoRope, rotate
 from lingbot_ros.config import SessionConfig
 from lingbot_ros.session import StepKind
 from tests.session.micro_model import micro_model
@@ -50,12 +50,12 @@ def test_rope_tables_rotate_like_the_rope(rope_kind):
         rope = FrameRope.for_grid((3, 4), 6, 16, 100.0, "cpu")
         x = torch.randn(2, 4, 18, 16)  # (B, h, N, d)
         cos, sin, partner = rope.tables()
-        expect = _rotate(x, cos, sin, partner)
+        expect = rotate(x, cos, sin, partner)
     else:
         rope = VideoRope.for_frames(5, 2, (3, 4), 6, (4, 6, 6), 10000.0, "cpu")
         x = torch.randn(36, 4, 16)  # (N, h, d)
         cos, sin, partner = rope.tables()
-        expect = _rotate(x, cos[:, None], sin[:, None], partner)
+        expect = rotate(x, cos[:, None], sin[:, None], partner)
     assert cos.dtype == sin.dtype == torch.float32 and cos.is_contiguous() and sin.is_contiguous()
     assert cos.shape == sin.shape and cos.shape[1] == 16 and partner.shape == (16,)
     torch.testing.assert_close(rope(x), expect)

@@ -2,12 +2,13 @@
 stays bounded, and the latency of what is processed does not grow."""
 from __future__ import annotations
 
-from tests.ros.node_harness import IMAGE_TOPIC, NodeProcess, Probe, make_bag, median
+from tests.ros.node_harness import IMAGE_TOPIC, TINY_PARAMS, NodeProcess, Probe, make_bag
 from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
 from tests.ros.ros_helpers import finish, start_replay
 
 FRAMES, RATE = 300, 5  # a 30 Hz bag at 5x: 150 images/s for two seconds
 QUEUE = 2
+ANCHORS = 2  # node_harness.TINY_PARAMS' session.num_scale_frames
 # 112-px model input: tens of ms a frame on a CPU, well below 150 Hz. Warm-up on: the first
 # frames do not pay the start-up costs (seconds on a loaded machine), so latency compares
 # like with like.
@@ -16,6 +17,7 @@ PARAMS = {"input.width": 112, "queue_size": QUEUE, "qos.image": "reliable",
 
 
 def test_slow_consumer_drops_old_frames_and_keeps_latency_bounded(tmp_path, ros_env):
+    assert TINY_PARAMS["session.num_scale_frames"] == ANCHORS
     bag = tmp_path / "bag"
     stamps = make_bag(bag, FRAMES, "mcap")
     with NodeProcess(ros_env, tmp_path, PARAMS) as node, Probe() as probe:
@@ -58,14 +60,18 @@ def test_slow_consumer_drops_old_frames_and_keeps_latency_bounded(tmp_path, ros_
         assert poses == sorted(poses) and set(poses) <= set(stamps)
         assert poses[-1] >= stamps[-1 - QUEUE - 1], "the newest frames were not the ones kept"
 
-        # Latency (callback -> published) does not grow with the backlog it would have had.
-        latency = [s.latency_ms for s in statuses]
-        assert len(latency) >= 14, f"too few frames processed to compare latencies: {latency}"
-        early, late = median(latency[3:9]), median(latency[-5:])
-        assert late <= 3 * early + 150, (early, late, latency)
-        # For scale: an unbounded queue would have made the last frame wait for all the others.
-        span_ms = (stamps[-1] - stamps[0]) / 1e6 / RATE
-        assert late < span_ms, (late, span_ms)
+        # Latency (callback -> published) is bounded by the queue, not by the backlog: a
+        # processed frame waited at most for the frame in flight and the QUEUE frames ahead of
+        # it, each one step plus its publication. That holds however slow the machine is, so
+        # the bound is in units of the node's own step time (TrackingStatus.compute_ms), with
+        # a fixed margin for publication and thread hand-over on a loaded 2-core machine.
+        # Anchor frames also wait for the later anchors to arrive: not counted.
+        steady = statuses[ANCHORS:]
+        assert steady, "the last frames of the bag are always processed (latest wins)"
+        step_ms = max(s.compute_ms for s in statuses)
+        bound_ms = (QUEUE + 2) * step_ms + 1500.0
+        worst = max(s.latency_ms for s in steady)
+        assert worst <= bound_ms, (worst, step_ms, [s.latency_ms for s in steady])
 
         node.interrupt()
         assert node.wait(30) == 0, node.log()[-3000:]
