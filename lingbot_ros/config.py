@@ -185,6 +185,7 @@ ATTENTION_BACKENDS = ("auto", "torch_ref", "flashinfer")
 FLASHINFER_VARIANTS = ("auto", "fa2", "fa3")
 FUSED_KERNEL_MODES = ("auto", "on", "off")
 MAX_KV_SPLITS = 8  # flashinfer split-KV parts per attention call: 1..MAX_KV_SPLITS
+STAMP_BACKWARDS_POLICIES = ("reset", "drop")  # a stamp not after the previous frame's
 
 
 def check_kv_splits(value) -> None:
@@ -198,17 +199,24 @@ def check_kv_splits(value) -> None:
 class SessionConfig:
     """One stream: anchors, window, trajectory memory, rollover, keyframes, outputs, device.
 
-    ``rollover_keyframes``: after this many keyframes in a window (anchors included) a new
-    window starts on the last ``num_scale_frames`` keyframes, aligned by Sim(3). 320 is the
+    ``rollover_keyframes``: after this many keyframes in a segment (anchors included) a new
+    segment starts on the last ``num_scale_frames`` keyframes, aligned by Sim(3). 320 is the
     number of views the model was trained with; ``None`` never rolls over (the reference:
     memory, latency and the RoPE time index then grow with the stream).
+
+    Time and size policy (a looped bag, a restarted player, a camera switching modes):
+    ``on_stamp_backwards``: a stamp not after the previous frame's ``reset``s the stream (the
+    frame starts the new one) or is ``drop``ped and counted; a forward jump of more than
+    ``max_gap_s`` seconds resets (``None``: never); a new model input size that persists for
+    ``size_change_frames`` consecutive frames resets the stream on it (the frames before are
+    rejected ``size_changed``).
     """
 
     num_scale_frames: int = 8  # anchor frames, run together first (start-up latency, frames)
     window: int = 64  # frames whose full tokens stay visible, current included
     max_special_frames: Optional[int] = None  # trajectory memory within a window; None: all
     max_cache_bytes: Optional[int] = None  # KV pool byte budget; None: device memory
-    rollover_keyframes: Optional[int] = 320  # keyframes per window; None: one endless window
+    rollover_keyframes: Optional[int] = 320  # keyframes per segment; None: one endless segment
     keyframes: KeyframeConfig = KeyframeConfig()
     preprocess: PreprocessConfig = PreprocessConfig()
     with_depth: bool = True  # run the depth head on every frame (else only when needed)
@@ -219,9 +227,21 @@ class SessionConfig:
     kv_splits: int = 4  # flashinfer split-KV parts per attention call (at most num_scale_frames + 2)
     fused_kernels: str = "auto"  # fused q/k-norm + RoPE Triton kernel: auto (CUDA + bf16) | on | off
     device: str = "cpu"  # torch device of the model and caches
+    on_stamp_backwards: str = "reset"  # reset | drop
+    max_gap_s: Optional[float] = 10.0  # a forward stamp jump over this resets; None: never
+    size_change_frames: int = 3  # consecutive frames of a new size that restart the stream
 
     def __post_init__(self) -> None:
         check_positive_int("num_scale_frames", self.num_scale_frames)
+        if self.on_stamp_backwards not in STAMP_BACKWARDS_POLICIES:
+            raise ValueError(f"on_stamp_backwards must be one of {STAMP_BACKWARDS_POLICIES}, "
+                             f"got {self.on_stamp_backwards!r}")
+        gap = self.max_gap_s
+        if gap is not None and (isinstance(gap, bool) or not isinstance(gap, (int, float))
+                                or not 0 < gap < float("inf")):
+            raise ValueError(f"max_gap_s must be a positive number of seconds or None, got "
+                             f"{gap!r}")
+        check_positive_int("size_change_frames", self.size_change_frames)
         check_positive_int("window", self.window)
         if self.max_special_frames is not None:
             check_positive_int("max_special_frames", self.max_special_frames)
@@ -303,6 +323,9 @@ class NodeConfig:
     cache_info_rate_hz: float = 1.0
     diagnostics_rate_hz: float = 1.0
     max_image_pixels: int = 4096 * 4096  # larger images are rejected (counted)
+    path_rate_hz: float = 1.0  # ~/path (the whole history) at most this often
+    warn_drop_share: float = 0.5  # diagnostics WARN above this share of recent frames lost
+    stall_timeout_s: float = 5.0  # diagnostics ERROR: input arrives, nothing processed this long
 
     def __post_init__(self) -> None:
         for name in ("image_topic", "camera_info_topic", "map_frame", "odom_frame",
@@ -316,10 +339,15 @@ class NodeConfig:
         for name in ("image_qos_depth", "queue_size", "points_stride", "max_image_pixels"):
             check_positive_int(name, getattr(self, name))
         check_non_negative_int("path_max_poses", self.path_max_poses)
-        for name in ("points_rate_hz", "cache_info_rate_hz", "diagnostics_rate_hz"):
+        for name in ("points_rate_hz", "cache_info_rate_hz", "diagnostics_rate_hz",
+                     "path_rate_hz"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0 < value <= 1000:
                 raise ValueError(f"{name} must be in (0, 1000] Hz, got {value!r}")
+        if not isinstance(self.warn_drop_share, (int, float)) or not 0 < self.warn_drop_share <= 1:
+            raise ValueError(f"warn_drop_share must be in (0, 1], got {self.warn_drop_share!r}")
+        if not isinstance(self.stall_timeout_s, (int, float)) or not 0 < self.stall_timeout_s:
+            raise ValueError(f"stall_timeout_s must be > 0 seconds, got {self.stall_timeout_s!r}")
         if not isinstance(self.points_min_conf, (int, float)) or self.points_min_conf < 1:
             raise ValueError(f"points_min_conf must be >= 1 (confidence is 1 + exp(.)), got "
                              f"{self.points_min_conf!r}")

@@ -26,6 +26,17 @@ def choose_backend(name: str, device: torch.device, dtype: torch.dtype) -> tuple
     return "flashinfer", "auto: CUDA + flashinfer"
 
 
+def check_backend(name: str, device: torch.device, dtype: torch.dtype,
+                  variant: str = "auto") -> None:
+    """Raise, with what to use instead, unless backend ``name`` (not ``auto``) can run a cache
+    of ``dtype`` on ``device``; allocates nothing (a front end checks its settings first)."""
+    if name == "flashinfer":
+        from .flashinfer_paged import check_runnable
+        check_runnable(device, dtype, variant)
+    elif name != "torch_ref":
+        raise ValueError(f"unknown attention backend {name!r}; choose one of {BACKENDS}")
+
+
 def make_backend(name: str, storage: KVStorage, variant: str = "fa2",
                  graph_query_tokens: int | None = None, kv_splits: int = 1) -> AttentionBackend:
     """Build a backend by name; ``variant`` (fa2 | fa3 | auto) applies to flashinfer only.
@@ -47,4 +58,5 @@ def make_backend(name: str, storage: KVStorage, variant: str = "fa2",
     raise ValueError(f"unknown attention backend {name!r}; choose one of {BACKENDS}")
 
 
-__all__ = ["AttentionBackend", "TorchRefBackend", "make_backend", "choose_backend", "BACKENDS"]
+__all__ = ["AttentionBackend", "TorchRefBackend", "make_backend", "choose_backend", "check_backend",
+           "BACKENDS"]

@@ -43,6 +43,31 @@ def resolve_variant(variant: str, device: torch.device) -> str:
     return "fa3" if torch.cuda.get_device_capability(device)[0] == 9 else "fa2"
 
 
+def check_runnable(device: torch.device, dtype: torch.dtype, variant: str) -> str:
+    """Raise (ValueError / RuntimeError, saying what to use instead) unless this backend can
+    run a cache of ``dtype`` on ``device``; return the resolved variant. Imports nothing, so
+    a front end can check its settings before allocating anything."""
+    if variant not in FLASHINFER_VARIANTS:
+        raise ValueError(f"flashinfer variant must be one of {FLASHINFER_VARIANTS}, "
+                         f"got {variant!r}")
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        raise RuntimeError(
+            f"attention backend 'flashinfer' needs the KV cache on a CUDA device, the cache "
+            f"is on {device}; use attention backend 'torch_ref' (or 'auto') on the CPU")
+    if dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"attention backend 'flashinfer' needs a bfloat16 or float16 cache, "
+                         f"got {dtype}; use torch_ref for float32")
+    variant = resolve_variant(variant, device)
+    if variant == "fa3" and torch.cuda.get_device_capability(device)[0] < 9:
+        raise RuntimeError("flashinfer variant 'fa3' needs a Hopper GPU (sm90); use 'fa2'")
+    if not flashinfer_available():
+        raise RuntimeError("attention backend 'flashinfer' needs the flashinfer-python "
+                           "package (pip install -e '.[gpu]'); or use attention backend "
+                           "'torch_ref'")
+    return variant
+
+
 def _import_flashinfer():
     try:
         import flashinfer
@@ -57,19 +82,7 @@ class FlashInferPagedBackend:
     def __init__(self, storage: KVStorage, variant: str = "fa2",
                  workspace_bytes: int = WORKSPACE_BYTES,
                  graph_query_tokens: int | None = None, kv_splits: int = 1) -> None:
-        if variant not in FLASHINFER_VARIANTS:
-            raise ValueError(f"flashinfer variant must be one of {FLASHINFER_VARIANTS}, "
-                             f"got {variant!r}")
-        if storage.device.type != "cuda" or not torch.cuda.is_available():
-            raise RuntimeError(
-                f"attention backend 'flashinfer' needs the KV cache on a CUDA device, the cache "
-                f"is on {storage.device}; use attention backend 'torch_ref' on the CPU")
-        if storage.dtype not in (torch.bfloat16, torch.float16):
-            raise ValueError(f"attention backend 'flashinfer' needs a bfloat16 or float16 cache, "
-                             f"got {storage.dtype}; use torch_ref for float32")
-        variant = resolve_variant(variant, storage.device)
-        if variant == "fa3" and torch.cuda.get_device_capability(storage.device)[0] < 9:
-            raise RuntimeError("flashinfer variant 'fa3' needs a Hopper GPU (sm90); use 'fa2'")
+        variant = check_runnable(storage.device, storage.dtype, variant)
         check_kv_splits(kv_splits)
         flashinfer = _import_flashinfer()
         self._merge_state = flashinfer.merge_state

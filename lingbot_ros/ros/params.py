@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..config import (ATTENTION_BACKENDS, FLASHINFER_VARIANTS, FUSED_KERNEL_MODES, IMAGE_QOS,
-                      KEYFRAME_POLICIES, MAX_KV_SPLITS, PRECISIONS, TF_MODES, KeyframeConfig,
-                      NodeConfig, PreprocessConfig, SessionConfig)
+                      KEYFRAME_POLICIES, MAX_KV_SPLITS, PRECISIONS, STAMP_BACKWARDS_POLICIES,
+                      TF_MODES, KeyframeConfig, NodeConfig, PreprocessConfig, SessionConfig)
 from ..session import PRESETS
 
 
@@ -51,6 +51,12 @@ PARAMS: tuple[Param, ...] = (
     Param("session.rollover_keyframes", 320, "keyframes per segment (then a new Sim(3)-aligned segment); 0 = never roll over", 0,
           100_000),
     Param("session.with_depth", True, "run the depth head on every frame"),
+    Param("session.on_stamp_backwards", "reset", "a stamp not after the previous one: reset "
+          "the stream on it | drop it (counted)", choices=STAMP_BACKWARDS_POLICIES),
+    Param("session.max_gap_s", 10.0, "a forward stamp jump over this many seconds resets the "
+          "stream; 0 = never", 0.0, 1e6),
+    Param("session.size_change_frames", 3, "consecutive frames of a new input size that "
+          "reset the stream on it", 1, 1000),
     Param("cache.window", 64, "frames of full context, current included", 1, 1024),
     Param("cache.max_special_frames", -1, "trajectory memory bound in frames; -1 = all", -1,
           10_000_000),
@@ -80,6 +86,12 @@ PARAMS: tuple[Param, ...] = (
     Param("publish.path_max_poses", 10_000, "poses kept in ~/path; 0 = all", 0, 10_000_000),
     Param("publish.cache_info_rate_hz", 1.0, "~/cache_info rate", 0.01, 100.0),
     Param("publish.diagnostics_rate_hz", 1.0, "/diagnostics rate", 0.01, 100.0),
+    Param("publish.path_rate_hz", 1.0, "~/path (the whole history) at most this often", 0.01,
+          100.0),
+    Param("diagnostics.warn_drop_share", 0.5, "WARN when more than this share of recent "
+          "frames is dropped or rejected", 0.01, 1.0),
+    Param("diagnostics.stall_timeout_s", 5.0, "ERROR when images arrive but none was "
+          "processed for this long", 0.1, 3600.0),
     Param("max_image_pixels", 4096 * 4096, "larger images are rejected", 1, 2**31 - 1),
 )
 PARAM_NAMES = tuple(p.name for p in PARAMS)
@@ -102,7 +114,11 @@ _FIELD_PARAMS = {
     "max_image_pixels": "max_image_pixels", "path_max_poses": "publish.path_max_poses",
     "points_rate_hz": "publish.points_rate_hz", "cache_info_rate_hz": "publish.cache_info_rate_hz",
     "diagnostics_rate_hz": "publish.diagnostics_rate_hz",
-    "points_min_conf": "publish.points_min_conf",
+    "points_min_conf": "publish.points_min_conf", "path_rate_hz": "publish.path_rate_hz",
+    "on_stamp_backwards": "session.on_stamp_backwards", "max_gap_s": "session.max_gap_s",
+    "size_change_frames": "session.size_change_frames",
+    "warn_drop_share": "diagnostics.warn_drop_share",
+    "stall_timeout_s": "diagnostics.stall_timeout_s",
 }
 
 
@@ -152,7 +168,10 @@ def build_settings(values: dict) -> Settings:
             attention_backend=v["attention.backend"],
             flashinfer_variant=v["attention.flashinfer_variant"],
             cuda_graphs=v["attention.cuda_graphs"], kv_splits=v["attention.kv_splits"],
-            fused_kernels=v["attention.fused_kernels"], device=v["device"])
+            fused_kernels=v["attention.fused_kernels"], device=v["device"],
+            on_stamp_backwards=v["session.on_stamp_backwards"],
+            max_gap_s=float(v["session.max_gap_s"]) or None,
+            size_change_frames=v["session.size_change_frames"])
         node = NodeConfig(
             image_topic=v["topics.image"], use_compressed=v["topics.use_compressed"],
             camera_info_topic=v["topics.camera_info"], image_qos=v["qos.image"],
@@ -166,7 +185,10 @@ def build_settings(values: dict) -> Settings:
             path_max_poses=v["publish.path_max_poses"],
             cache_info_rate_hz=float(v["publish.cache_info_rate_hz"]),
             diagnostics_rate_hz=float(v["publish.diagnostics_rate_hz"]),
-            max_image_pixels=v["max_image_pixels"])
+            max_image_pixels=v["max_image_pixels"],
+            path_rate_hz=float(v["publish.path_rate_hz"]),
+            warn_drop_share=float(v["diagnostics.warn_drop_share"]),
+            stall_timeout_s=float(v["diagnostics.stall_timeout_s"]))
     except ValueError as exc:
         field = re.match(r"\w*", str(exc)).group(0)
         name = _FIELD_PARAMS.get(field)
@@ -187,7 +209,9 @@ def declare(node) -> list[str]:
 
     errors = []
     for p in PARAMS:
-        desc = ParameterDescriptor(name=p.name, description=p.description, read_only=True)
+        # Writable, but only while the node is unconfigured (the node's set-parameters
+        # callback refuses changes otherwise): set them, then configure.
+        desc = ParameterDescriptor(name=p.name, description=p.description, read_only=False)
         if p.choices:
             desc.additional_constraints = "one of: " + ", ".join(map(str, p.choices))
         if p.min is not None and isinstance(p.default, bool) is False:
@@ -202,6 +226,17 @@ def declare(node) -> list[str]:
             errors.append(f"parameter {p.name!r}: {exc}")
             node.declare_parameter(p.name, p.default, desc, ignore_override=True)
     return errors
+
+
+PARAMS_BY_NAME = {p.name: p for p in PARAMS}
+
+
+def check_update(name: str, value) -> None:
+    """ValueError unless ``name`` is one of ours and ``value`` passes its type/range check."""
+    p = PARAMS_BY_NAME.get(name)
+    if p is None:
+        raise ValueError(f"unknown parameter {name!r}")
+    check_value(p, value)
 
 
 def read(node) -> dict:

@@ -8,7 +8,7 @@ from .points import PointAccumulator, frame_points
 from .poses import (R_BODY_OPTICAL, T_BODY_OPTICAL, c2w_to_map, format_stamp, map_to_c2w,
                     matrix_to_tq, parse_stamp, quaternion_to_rotation, read_tum,
                     rotation_to_quaternion, tq_to_matrix, write_tum)
-from .session import Rollover, StreamingSession
+from .session import Rollover, SessionEvent, StreamingSession
 from .sim3 import Sim3, ate_rmse, umeyama
 from .stats import LatencyWindow
 from .step_txn import StepTxn
@@ -20,6 +20,7 @@ __all__ = ["StepKind", "PRESETS", "load_session_model", "open_session", "warm_up
            "KeyframePolicy", "make_policy", "PointAccumulator", "frame_points",
            "R_BODY_OPTICAL", "T_BODY_OPTICAL", "c2w_to_map", "format_stamp", "map_to_c2w",
            "matrix_to_tq", "parse_stamp", "quaternion_to_rotation", "read_tum",
-           "rotation_to_quaternion", "tq_to_matrix", "write_tum", "Rollover", "StreamingSession",
+           "rotation_to_quaternion", "tq_to_matrix", "write_tum", "Rollover", "SessionEvent",
+           "StreamingSession",
            "Sim3", "ate_rmse", "umeyama", "LatencyWindow", "StepTxn", "StreamRunner",
            "fast_path_of", "Trajectory", "FrameRejected", "FrameResult"]

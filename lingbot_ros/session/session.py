@@ -38,7 +38,7 @@ from ..preprocess import CropInfo, preprocess
 from .keyframes import make_policy
 from .sim3 import Sim3, reference_alignment
 from .stats import LatencyWindow
-from .stream_runner import StreamRunner, fast_path_of
+from .stream_runner import StreamRunner, check_runnable, fast_path_of
 from .trajectory import Trajectory
 from .types import FrameRejected, FrameResult
 
@@ -64,6 +64,14 @@ class Rollover:
     anchor_c2w_aligned: np.ndarray  # (4, 4) the new segment's estimate, aligned
 
 
+@dataclass(frozen=True)
+class SessionEvent:
+    """Something a front end should log once and count: the session restarted itself."""
+
+    kind: str  # restart_stamp_backwards | restart_stamp_gap | restart_size_changed
+    message: str  # one line naming what happened (both stamps, both sizes)
+
+
 @dataclass
 class _Pending:
     image: torch.Tensor
@@ -86,6 +94,9 @@ class StreamingSession:
         self._latency = LatencyWindow()
         # Checked now, so a setting this model cannot run fails before the first frame.
         self.fused_kernels = model.resolve_fused_kernels(config.fused_kernels)
+        check_runnable(model, config)
+        self._events: deque[SessionEvent] = deque(maxlen=100)
+        self._restarts: Counter = Counter()  # by kind; survives restarts, cleared by reset()
         self.reset()
 
     # -- public API ------------------------------------------------------------------------
@@ -93,16 +104,30 @@ class StreamingSession:
         """Feed one frame; return the results that became available (possibly none).
 
         Raises ``FrameRejected`` (a ``ValueError`` with ``.reason``) for a frame that cannot be
-        used: bad image, a stamp not after the previous one, or a model size that differs
-        from the stream's. The session is unchanged by a rejected frame.
+        used: a bad image or stamp, a duplicate stamp, a stamp before the previous one (policy
+        ``drop``), or a new model size not yet seen ``size_change_frames`` times in a row. The
+        session is unchanged by a rejected frame (but for that count).
+
+        The time and size policy (``SessionConfig``) may instead restart the stream on this
+        frame: a stamp before the previous one (policy ``reset``), a forward jump over
+        ``max_gap_s``, a new size that persisted. The frame then starts the new stream (the
+        scale phase again) and ``pop_events()`` says what happened.
         """
         self._counts["frames_in"] += 1
         try:
-            stamp_ns = self._check_stamp(stamp_ns)
+            stamp_ns, stamp_restart = self._check_stamp(stamp_ns)
             tensor, crop = self._preprocess(image, encoding)
+            # a stamp restart unlocks the size: the frame then starts the stream at any size
+            size_restart = None if stamp_restart else self._check_size(crop.output_hw)
         except FrameRejected as exc:
             self._counts[f"rejected_{exc.reason}"] += 1
             raise
+        restart = stamp_restart or size_restart
+        if restart is not None:
+            self._restart(*restart)
+        if self._model_hw != crop.output_hw:
+            self._allocate(crop.output_hw)
+        self._size_locked = True
         self._last_stamp = stamp_ns
         frame = _Pending(tensor, stamp_ns, crop, self._next_index)
         self._next_index += 1
@@ -118,7 +143,27 @@ class StreamingSession:
 
         The next frame may have another model input size (then the caches are reallocated).
         """
+        self._clear_stream()
+        self._counts: Counter = Counter()
+        self._restarts.clear()
+        self._events.clear()
+
+    def pop_events(self) -> list[SessionEvent]:
+        """The restarts since the last call, oldest first (a front end logs and counts them)."""
+        events = list(self._events)
+        self._events.clear()
+        return events
+
+    def _restart(self, kind: str, message: str) -> None:
+        """The time/size policy restarts the stream on the current frame; counters go on."""
+        self._clear_stream()
+        self._restarts[kind] += 1
+        self._events.append(SessionEvent(kind, message))
+
+    def _clear_stream(self) -> None:
         self._size_locked = False
+        self._new_size: Optional[tuple[int, int]] = None  # a size seen since the last frame
+        self._new_size_frames = 0  # ... that many times in a row
         if self._runner is not None:
             self._runner.reset()
         self.trajectory.reset()
@@ -131,7 +176,6 @@ class StreamingSession:
         self._segment_keyframes = 0
         self._next_index = 0
         self._last_stamp: Optional[int] = None
-        self._counts: Counter = Counter()
         self._latency.clear()
         self.rollovers: deque[Rollover] = deque(maxlen=64)  # the most recent segment changes
 
@@ -155,6 +199,7 @@ class StreamingSession:
             "startup_latency_frames": self.config.num_scale_frames,
             "segment": self._segment, "segment_keyframes": self._segment_keyframes,
             "rollovers": c["rollovers"], "model_hw": self._model_hw,
+            "restarts": sum(self._restarts.values()), "restarts_by_reason": dict(self._restarts),
             "trajectory_poses": len(self.trajectory),
             "latency_ms": self._latency.summary(),
             **stream,
@@ -167,29 +212,54 @@ class StreamingSession:
         return fast_path_of(self.model, self.config)[1]
 
     # -- input checks ----------------------------------------------------------------------
-    def _check_stamp(self, stamp_ns) -> int:
+    def _check_stamp(self, stamp_ns) -> tuple[int, Optional[tuple[str, str]]]:
+        """The stamp as int ns, and the restart it calls for (kind, message) or None."""
         if not isinstance(stamp_ns, (int, np.integer)) or isinstance(stamp_ns, bool):
             raise FrameRejected("bad_stamp", f"stamp must be integer nanoseconds, got {stamp_ns!r}")
-        stamp_ns = int(stamp_ns)
-        if self._last_stamp is not None and stamp_ns <= self._last_stamp:
-            raise FrameRejected("non_monotonic_stamp", f"stamp {stamp_ns} ns is not after the "
-                                f"previous frame's {self._last_stamp} ns; frame skipped")
-        return stamp_ns
+        stamp_ns, last = int(stamp_ns), self._last_stamp
+        if last is None or stamp_ns > last:
+            gap = self.config.max_gap_s
+            if last is not None and gap is not None and stamp_ns - last > gap * 1e9:
+                return stamp_ns, ("restart_stamp_gap", (
+                    f"stream restarted: stamp {stamp_ns} ns is {(stamp_ns - last) / 1e9:.3f} s "
+                    f"after the previous frame's {last} ns (session.max_gap_s {gap:g})"))
+            return stamp_ns, None
+        if stamp_ns == last:
+            raise FrameRejected("duplicate_stamp", f"stamp {stamp_ns} ns repeats the previous "
+                                "frame's; frame skipped")
+        if self.config.on_stamp_backwards == "drop":
+            raise FrameRejected("non_monotonic_stamp", f"stamp {stamp_ns} ns is before the "
+                                f"previous frame's {last} ns; frame skipped "
+                                "(session.on_stamp_backwards: drop)")
+        return stamp_ns, ("restart_stamp_backwards", (
+            f"stream restarted: stamp {stamp_ns} ns is before the previous frame's {last} ns "
+            "(a looped bag or a restarted player?)"))
 
     def _preprocess(self, image, encoding: str):
         try:
-            tensor, crop = preprocess(image, encoding, self.config.preprocess, device=self.device)
+            return preprocess(image, encoding, self.config.preprocess, device=self.device)
         except ValueError as exc:
             raise FrameRejected("bad_image", f"image refused: {exc}") from exc
-        hw = crop.output_hw
-        if self._model_hw is None or (not self._size_locked and hw != self._model_hw):
-            self._allocate(hw)
-        elif hw != self._model_hw:
-            raise FrameRejected("size_changed", f"model input {hw[0]}x{hw[1]} differs from the "
-                                f"stream's {self._model_hw[0]}x{self._model_hw[1]} (the camera "
-                                "changed resolution or aspect); reset the session to switch")
-        self._size_locked = True
-        return tensor, crop
+
+    def _check_size(self, hw: tuple[int, int]) -> Optional[tuple[str, str]]:
+        """The restart a model input size calls for, or None; FrameRejected while a new size
+        has not yet persisted for ``size_change_frames`` frames."""
+        old = self._model_hw
+        if not self._size_locked or hw == old:
+            self._new_size, self._new_size_frames = None, 0
+            return None
+        need = self.config.size_change_frames
+        self._new_size_frames = self._new_size_frames + 1 if hw == self._new_size else 1
+        self._new_size = hw
+        if self._new_size_frames >= need:
+            return ("restart_size_changed", (
+                f"stream restarted: the model input changed from {old[0]}x{old[1]} to "
+                f"{hw[0]}x{hw[1]} for {need} frame(s) in a row (the camera changed resolution "
+                "or aspect)"))
+        raise FrameRejected("size_changed", f"model input {hw[0]}x{hw[1]} differs from the "
+                            f"stream's {old[0]}x{old[1]} ({self._new_size_frames} of "
+                            f"{need} frame(s): the stream restarts on the new size if it "
+                            "persists)")
 
     def _allocate(self, hw: tuple[int, int]) -> None:
         self._runner = None  # free the old size's GPU memory before allocating the new one

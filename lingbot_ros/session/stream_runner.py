@@ -24,7 +24,7 @@ from typing import Optional
 
 import torch
 
-from ..attention import choose_backend, make_backend
+from ..attention import check_backend, choose_backend, make_backend
 from ..cache import CameraKVCache, PagedKVCache, StepKind
 from ..config import SessionConfig
 from ..model import StepOutputs
@@ -46,6 +46,15 @@ def fast_path_of(model, config: SessionConfig) -> tuple[str, str]:
     if backend != "flashinfer":
         return backend, f"eager (attention backend {backend}; {why})"
     return backend, "cuda_graph"
+
+
+def check_runnable(model, config: SessionConfig) -> None:
+    """Raise, before anything is allocated, unless a stream of ``model`` can run ``config``:
+    the attention backend on its device and dtype, and the fused-kernel setting."""
+    backend, _ = fast_path_of(model, config)
+    check_backend(backend, torch.device(config.device), model.kv_dtype,
+                  config.flashinfer_variant)
+    model.resolve_fused_kernels(config.fused_kernels)
 
 
 class StreamRunner:

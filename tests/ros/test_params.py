@@ -151,7 +151,7 @@ def test_declared_in_a_real_node_from_the_params_file(ros_env):
         assert errors == []
         assert params.read(node) == DEFAULTS
         desc = node.describe_parameter("cache.window")
-        assert desc.read_only and desc.description
+        assert not desc.read_only and desc.description  # set while unconfigured (the node checks)
         assert (desc.integer_range[0].from_value, desc.integer_range[0].to_value) == (1, 1024)
         desc = node.describe_parameter("keyframes.flow_threshold")
         assert math.isclose(desc.floating_point_range[0].to_value, 1e4)

@@ -119,27 +119,81 @@ def test_a_flow_keyframe_equals_a_speculative_step_and_evicts_like_a_keyframe():
 
 def test_bad_frames_are_rejected_counted_and_the_stream_goes_on():
     # The reference size rule (height from the aspect): 60x80 -> 42x56, 60x60 -> 56x56.
-    s = session(preprocess=PreprocessConfig(width=56, max_height=56))
+    s = session(preprocess=PreprocessConfig(width=56, max_height=56), on_stamp_backwards="drop")
     imgs = frames(4)
     run(s, imgs[:2])
     with pytest.raises(FrameRejected) as e:
         s.push(np.zeros((0, 5, 3), np.uint8), STAMP0 + 10 * DT)
     assert e.value.reason == "bad_image"
     with pytest.raises(FrameRejected) as e:
-        s.push(imgs[2], STAMP0)  # stamp not after the last one
-    assert e.value.reason == "non_monotonic_stamp"
+        s.push(imgs[2], STAMP0)  # stamp before the last one, policy drop
+    assert e.value.reason == "non_monotonic_stamp" and "session.on_stamp_backwards" in str(e.value)
+    with pytest.raises(FrameRejected) as e:
+        s.push(imgs[2], STAMP0 + DT)  # the same stamp again
+    assert e.value.reason == "duplicate_stamp"
     with pytest.raises(FrameRejected) as e:
         s.push(frames(1, hw=(60, 60))[0], STAMP0 + 11 * DT)  # other aspect -> other size
-    assert e.value.reason == "size_changed"
+    assert e.value.reason == "size_changed" and "1 of 3" in str(e.value)
     with pytest.raises(FrameRejected) as e:
         s.push(imgs[2], STAMP0 + 12 * DT, encoding="yuv422")
     assert e.value.reason == "bad_image" and "encoding" in str(e.value)
     out = s.push(imgs[2], STAMP0 + 13 * DT)
     assert len(out) == 1 and out[0].index == 2  # rejected frames take no index
     info = s.info()
-    assert info["frames_rejected"] == 4 and info["frames_in"] == 7
+    assert info["frames_rejected"] == 5 and info["frames_in"] == 8 and info["restarts"] == 0
     assert info["rejected_by_reason"] == {"bad_image": 2, "non_monotonic_stamp": 1,
-                                          "size_changed": 1}
+                                          "duplicate_stamp": 1, "size_changed": 1}
+    assert s.pop_events() == []
+
+
+def test_a_stamp_going_backwards_restarts_the_stream_on_that_frame():
+    """A looped bag or a restarted player: the stream starts again, nothing is rejected."""
+    s = session()
+    imgs = frames(8)
+    first = run(s, imgs[:5])
+    assert [r.index for r in first] == [0, 1, 2, 3, 4]
+    again = run(s, imgs[:5])  # the same stamps again: the loop
+    assert [r.index for r in again] == [0, 1, 2, 3, 4] and all(r.segment == 0 for r in again)
+    for a, b in zip(first, again):  # a fresh stream on the same frames: the same poses
+        np.testing.assert_array_equal(a.pose_enc, b.pose_enc)
+    events = s.pop_events()
+    assert [e.kind for e in events] == ["restart_stamp_backwards"]
+    assert str(STAMP0) in events[0].message and str(STAMP0 + 4 * DT) in events[0].message
+    info = s.info()
+    assert info["restarts_by_reason"] == {"restart_stamp_backwards": 1}
+    assert info["frames_rejected"] == 0 and info["frames_in"] == 10  # counters go on
+    assert len(s.trajectory) == 5  # the trajectory is the new stream's
+
+
+def test_a_forward_gap_over_max_gap_s_restarts_the_stream():
+    s = session(max_gap_s=1.0)
+    imgs = frames(6)
+    run(s, imgs[:3])
+    out = s.push(imgs[3], STAMP0 + 2 * DT + 1_500_000_000)  # 1.5 s later
+    assert out == [] and s.info()["phase"] == "scale_frames"  # the first anchor of a new stream
+    (event,) = s.pop_events()
+    assert event.kind == "restart_stamp_gap" and "1.500 s" in event.message
+    assert session(max_gap_s=None).config.max_gap_s is None  # never
+
+
+def test_a_new_size_that_persists_restarts_the_stream_on_it():
+    s = session(preprocess=PreprocessConfig(width=56, max_height=56), size_change_frames=3)
+    run(s, frames(3))  # 60x80 -> 42x56
+    square = frames(4, seed=9, hw=(60, 60))  # -> 56x56
+    t = STAMP0 + 10 * DT
+    for i in range(2):
+        with pytest.raises(FrameRejected, match=f"{i + 1} of 3"):
+            s.push(square[i], t + i * DT)
+    s.push(frames(1)[0], t + 2 * DT)  # one frame of the old size: the count starts over
+    for i in range(2):
+        with pytest.raises(FrameRejected, match=f"{i + 1} of 3"):
+            s.push(square[i], t + (3 + i) * DT)
+    out = s.push(square[2], t + 5 * DT)  # the third in a row: a new stream at 56x56
+    assert out == [] and s.info()["model_hw"] == (56, 56)
+    (event,) = s.pop_events()
+    assert event.kind == "restart_size_changed" and "42x56" in event.message \
+        and "56x56" in event.message
+    assert len(s.push(square[3], t + 6 * DT)) == 2  # the 2 anchors of the new stream
 
 
 def test_reset_restarts_the_stream_and_keeps_the_allocation():
@@ -186,3 +240,8 @@ def test_a_reset_lets_the_next_stream_have_another_size():
     out = run(s, frames(3, hw=(60, 60)))  # -> 56x56: a new allocation, no rejection
     assert s.info()["model_hw"] == (56, 56) and len(out) == 3
     assert s.info()["frames_rejected"] == 0
+
+
+def test_a_backend_that_cannot_run_is_refused_before_the_first_frame():
+    with pytest.raises(RuntimeError, match="CUDA device"):
+        session(attention_backend="flashinfer")  # the CPU: nothing allocated, nothing pushed
