@@ -13,7 +13,7 @@ export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
 export ROS_DOMAIN_ID ?= $(shell python3 -c 'import random; print(random.randint(1, 100))')
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo demo-offline test venv ros bench-cache clean
+.PHONY: demo demo-offline test soak venv ros bench-cache clean
 
 venv: $(STAMP) ros
 
@@ -40,6 +40,12 @@ demo-offline: venv
 test: venv
 	@rc=0; $(PY) -m pytest $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests"; exit 1; fi; exit $$rc
+
+# 10 minutes of load on the node over DDS (loopback): 2x its processing rate, every
+# consumer subscribed, a reset every 10 s; per-minute poses/s, RSS, drops, reset latency.
+SOAK_MINUTES ?= 10
+soak: venv
+	$(PY) scripts/soak.py --minutes $(SOAK_MINUTES) --out soak.json
 
 bench-cache: venv
 	$(PY) -m lingbot_ros.tools.bench_cache

@@ -15,6 +15,10 @@ message's buffer where it can (8-bit and native-order 16-bit data; row padding i
 through strides): do not mutate it, and copy it to keep it beyond the message. Channel order,
 alpha and bit depth are left to ``lingbot_ros.preprocess``, which reads the same table.
 
+It also holds the one table that names what OpenCV decodes (:data:`OPENCV_ENCODINGS`,
+:func:`opencv_encoding`); the compressed decoder that uses it, with its header checks, is
+:mod:`lingbot_ros.image_header`.
+
 numpy only: no rclpy, ROS message packages, torch or OpenCV.
 """
 from __future__ import annotations
@@ -25,13 +29,17 @@ from typing import Optional
 
 import numpy as np
 
-__all__ = ["ENCODINGS", "REJECT_REASONS", "ImageRejected", "PixelFormat", "check_image",
-           "decode_image", "image_pixels"]
+__all__ = ["ENCODINGS", "OPENCV_ENCODINGS", "REJECT_REASONS", "ImageRejected", "PixelFormat",
+           "check_image", "decode_image", "image_pixels", "opencv_encoding"]
 
-# Every reason an image can be refused for; decode_failed comes from compressed images and
-# cv_bridge (ros/convert.py), the others from check_image.
+# Every reason an image can be refused for. check_image: unknown_encoding, bad_step,
+# zero_size, truncated, too_large. Compressed data (lingbot_ros.image_header): zero_size,
+# too_large (bytes, or the size its header declares), unknown_format (data whose format is not
+# identified from its header: never decoded), decode_failed (a corrupt or truncated header,
+# OpenCV failing, or a decoded size that differs from the header's), unknown_encoding (a
+# decoded type no encoding names, e.g. float). cv_bridge failures are decode_failed too.
 REJECT_REASONS = ("unknown_encoding", "bad_step", "zero_size", "truncated", "too_large",
-                  "decode_failed")
+                  "decode_failed", "unknown_format")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +68,30 @@ ENCODINGS: dict[str, PixelFormat] = {
     "8UC4": PixelFormat(4, "uint8", "bgra"), "16UC1": PixelFormat(1, "uint16", "mono"),
     "16UC3": PixelFormat(3, "uint16", "bgr"), "16UC4": PixelFormat(4, "uint16", "bgra"),
 }
+
+
+# What OpenCV decodes -> its encoding: (channels, dtype) -> name, BGR(A) order (OpenCV's),
+# derived from ENCODINGS (mono8/mono16, bgr8/bgr16, bgra8/bgra16).
+OPENCV_ENCODINGS: dict[tuple[int, str], str] = {
+    (fmt.channels, fmt.dtype): name for name, fmt in ENCODINGS.items()
+    if fmt.order in ("mono", "bgr", "bgra") and not name[0].isdigit()}
+
+
+def opencv_encoding(array: np.ndarray) -> str:
+    """The encoding of an array OpenCV decoded (``cv2.imdecode``, ``VideoCapture.read``):
+    mono8, mono16, bgr8, bgr16, bgra8 or bgra16. ``(H, W, 1)`` counts as one channel.
+
+    Raises:
+        ImageRejected: unknown_encoding for any other dtype or channel count (float32 from
+            HDR/PFM/float TIFF, 2 channels, ...).
+    """
+    channels = 1 if array.ndim == 2 else (array.shape[2] if array.ndim == 3 else 0)
+    name = OPENCV_ENCODINGS.get((channels, array.dtype.name))
+    if name is None:
+        raise ImageRejected("unknown_encoding", f"decoded image has dtype {array.dtype} and "
+                                                f"{channels} channel(s); expected uint8 or "
+                                                f"uint16 with 1, 3 or 4 channels")
+    return name
 
 
 class ImageRejected(ValueError):

@@ -1,10 +1,15 @@
 """launch/lingbot_ros.launch.py, checked without ROS' `launch` package (not installable from
 pip here): it compiles, and its syntax tree names the package, executable, node name, params
-file and launch arguments that the rest of the package provides."""
+file and launch arguments that the rest of the package provides. Its one piece of logic (the
+node's parameter overrides, built when launched) runs against stand-ins that record what the
+launch file asks of `launch` and `launch_ros`."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -12,7 +17,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCH = REPO / "launch" / "lingbot_ros.launch.py"
-ARGUMENTS = {"checkpoint", "params_file", "image_topic", "use_sim_time", "namespace"}
+ARGUMENTS = {"checkpoint", "params_file", "image_topic", "use_sim_time", "namespace",
+             "use_compressed"}
 
 
 def _name(func: ast.AST) -> str:
@@ -69,6 +75,10 @@ def test_starts_our_node(tree):
     remapped = [_string(t.elts[0]) for t in ast.walk(keyword(node, "remappings"))
                 if isinstance(t, ast.Tuple) and len(t.elts) == 2]
     assert "image" in remapped, "the image topic is remapped from the image_topic argument"
+    # The rule's source is the node's base image topic: the node resolves it (remaps applied)
+    # before appending '/compressed', so the one rule moves the compressed input as well.
+    assert params_yaml[name]["ros__parameters"]["topics.image"] == "image"
+    assert "image/compressed" not in remapped
 
 
 def test_the_executable_and_the_installed_files_exist():
@@ -96,3 +106,73 @@ def test_declares_the_launch_arguments(tree):
     used = {first_string(c, "variable_name") for c in calls(tree, "LaunchConfiguration")}
     assert used - {None} <= set(declared), used - set(declared)
     assert ARGUMENTS <= used, f"declared but never used: {sorted(ARGUMENTS - used)}"
+
+
+# --- the launch file run against stand-ins of launch / launch_ros ---------------------------
+
+class _Recorded:
+    """A stand-in action or substitution: keeps its arguments."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.args, self.kwargs = args, kwargs
+
+
+class _LaunchConfiguration(_Recorded):
+    def perform(self, context) -> str:
+        return context[self.args[0]]
+
+
+@pytest.fixture
+def launch_module(monkeypatch):
+    """The launch file imported with stand-in launch / launch_ros modules."""
+    names = {"launch": ["LaunchDescription"],
+             "launch.actions": ["DeclareLaunchArgument", "OpaqueFunction"],
+             "launch.substitutions": ["PathJoinSubstitution"],
+             "launch_ros.actions": ["LifecycleNode"],
+             "launch_ros.descriptions": ["ParameterValue"],
+             "launch_ros.substitutions": ["FindPackageShare"]}
+    for module_name, classes in names.items():
+        module = types.ModuleType(module_name)
+        for cls in classes:
+            setattr(module, cls, type(cls, (_Recorded,), {}))
+        monkeypatch.setitem(sys.modules, module_name, module)
+    sys.modules["launch.substitutions"].LaunchConfiguration = _LaunchConfiguration
+    monkeypatch.setitem(sys.modules, "launch_ros", types.ModuleType("launch_ros"))
+    spec = importlib.util.spec_from_file_location("lingbot_ros_launch_under_test", LAUNCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _launched_node(module, **values):
+    description = module.generate_launch_description()
+    entities = description.args[0]
+    defaults = {e.args[0]: e.kwargs.get("default_value")
+                for e in entities if type(e).__name__ == "DeclareLaunchArgument"}
+    assert set(defaults) == ARGUMENTS and defaults["use_compressed"] == ""
+    opaque = [e for e in entities if type(e).__name__ == "OpaqueFunction"]
+    assert len(opaque) == 1
+    context = {name: (value if isinstance(value, str) else "<substitution>")
+               for name, value in defaults.items()}
+    context.update(values)
+    (node,) = opaque[0].kwargs["function"](context)
+    assert type(node).__name__ == "LifecycleNode"
+    return node
+
+
+@pytest.mark.parametrize("value, expected", [("", None), ("true", True), ("True", True),
+                                             ("false", False)])
+def test_use_compressed_argument(launch_module, value, expected):
+    node = _launched_node(launch_module, use_compressed=value)
+    params_file, overrides = node.kwargs["parameters"]
+    assert params_file.args == ("params_file",)
+    assert set(overrides) >= {"checkpoint", "use_sim_time"}
+    # Empty: the params file's topics.use_compressed stands (no override).
+    assert overrides.get("topics.use_compressed") is expected
+    ((source, target),) = node.kwargs["remappings"]
+    assert source == "image" and target.args == ("image_topic",)
+
+
+def test_use_compressed_argument_is_validated(launch_module):
+    with pytest.raises(ValueError, match="use_compressed must be true, false or empty"):
+        _launched_node(launch_module, use_compressed="yes")

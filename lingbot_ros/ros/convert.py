@@ -12,14 +12,14 @@ Encoding builds ``bytes`` for ``Image.data``: assigning a numpy array there cost
 in rclpy, bytes ~0.1 ms. OpenCV (``cv2``) is needed only for CompressedImage.
 
 The encodings table (:data:`ENCODINGS`), the reject reasons and the raw decoder live in
-:mod:`lingbot_ros.image_decode`, shared with the offline tools' bag reader; this module adds the
-size limits, the cv_bridge backend, encoding, and CompressedImage.
+:mod:`lingbot_ros.image_decode`, the compressed decoder (header checked before decoding) in
+:mod:`lingbot_ros.image_header`; both are shared with the offline tools. This module adds the
+size limits, the cv_bridge backend, encoding, and the CompressedImage adapter.
 """
 from __future__ import annotations
 
 import functools
 import os
-import struct
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +30,7 @@ from sensor_msgs.msg import CompressedImage, Image
 
 from ..image_decode import (ENCODINGS, REJECT_REASONS, ImageRejected, PixelFormat, check_image,
                            image_pixels)
+from ..image_header import decode_compressed
 
 __all__ = ["ENCODINGS", "REJECT_REASONS", "ImageLimits", "ImageRejected", "PixelFormat",
            "array_to_compressed", "array_to_image", "compressed_to_array",
@@ -139,45 +140,31 @@ def array_to_image(array: np.ndarray, encoding: str, *, header=None,
 
 def compressed_to_array(msg: CompressedImage,
                         limits: ImageLimits = ImageLimits()) -> tuple[np.ndarray, str]:
-    """CompressedImage (PNG, JPEG, anything cv2.imdecode reads) -> (array, encoding).
+    """CompressedImage -> (array, encoding): :func:`lingbot_ros.image_header.decode_compressed`.
 
-    The image size is read from the PNG/JPEG header and checked before decoding, so a small
-    message cannot make us allocate a huge image.
+    The image size is read from the format's header (JPEG, PNG, WebP, BMP, PNM, TIFF, GIF,
+    Sun raster, HDR, JPEG 2000, AVIF) and checked against ``limits.max_pixels`` before
+    anything is decoded, so a small message cannot make us allocate a huge image; data in any
+    other format is refused undecoded, and the decoded size must be the header's.
 
     Args:
-        msg: the message; ``format`` is informational (cv2 sniffs the data).
+        msg: the message; ``format`` is informational (the data's header says what it is).
         limits: size bounds.
     Returns:
-        ``(array, encoding)`` with encoding 'bgr8', 'bgra8', 'mono8' or 'mono16' (OpenCV
-        decodes colour as BGR).
+        ``(array, encoding)`` with encoding mono8, mono16, bgr8, bgr16, bgra8 or bgra16
+        (OpenCV decodes colour as BGR).
     Raises:
-        ImageRejected: zero_size (no data), too_large, decode_failed.
+        ImageRejected: zero_size (no data), too_large (bytes, or the declared size),
+            unknown_format, decode_failed, unknown_encoding (e.g. a float image).
     """
-    data = bytes(msg.data)
-    if not data:
-        raise ImageRejected("zero_size", "empty CompressedImage.data")
-    if len(data) > limits.max_compressed_bytes:
-        raise ImageRejected("too_large", f"{len(data)} bytes is over max_compressed_bytes="
-                                         f"{limits.max_compressed_bytes}")
-    size = _header_size(data)
-    if size is not None and size[0] * size[1] > limits.max_pixels:
-        raise ImageRejected("too_large", f"{size[0]}x{size[1]} is over max_pixels="
-                                         f"{limits.max_pixels}")
-    cv2 = _cv2()
-    array = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
-    if array is None:
-        raise ImageRejected("decode_failed", f"OpenCV cannot decode {msg.format!r} data "
-                                             f"({len(data)} bytes)")
-    if array.shape[0] * array.shape[1] > limits.max_pixels:  # formats without a header peek
-        raise ImageRejected("too_large", f"{array.shape[1]}x{array.shape[0]} is over "
-                                         f"max_pixels={limits.max_pixels}")
-    channels = 1 if array.ndim == 2 else array.shape[2]
-    encoding = {(1, "uint8"): "mono8", (1, "uint16"): "mono16", (3, "uint8"): "bgr8",
-                (4, "uint8"): "bgra8"}.get((channels, array.dtype.name))
-    if encoding is None:
-        raise ImageRejected("decode_failed", f"decoded {channels}-channel {array.dtype} images "
-                                             "are not supported")
-    return array, encoding
+    try:
+        return decode_compressed(msg.data, max_pixels=limits.max_pixels,
+                                 max_bytes=limits.max_compressed_bytes)
+    except ImageRejected as err:
+        if err.reason not in ("decode_failed", "unknown_format"):
+            raise
+        raise ImageRejected(err.reason, f"{err.detail} (format field "
+                                        f"{str(msg.format)[:60]!r})") from None
 
 
 def array_to_compressed(array: np.ndarray, encoding: str, fmt: str = "png", *, header=None,
@@ -266,28 +253,3 @@ def _cv2():
         raise ImportError("CompressedImage needs OpenCV: pip install opencv-python-headless") \
             from err
     return cv2
-
-
-def _header_size(data: bytes) -> Optional[tuple[int, int]]:
-    """(width, height) from a PNG IHDR or a JPEG SOFn segment; None for other data."""
-    if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24:
-        return struct.unpack(">II", data[16:24])
-    if data[:2] != b"\xff\xd8":
-        return None
-    pos = 2
-    while pos + 9 <= len(data):
-        if data[pos] != 0xFF:
-            return None
-        marker = data[pos + 1]
-        if marker == 0xFF:  # fill byte
-            pos += 1
-            continue
-        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:  # no length field
-            pos += 2
-            continue
-        (length,) = struct.unpack(">H", data[pos + 2:pos + 4])
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # SOF0..SOF15
-            height, width = struct.unpack(">HH", data[pos + 5:pos + 9])
-            return width, height
-        pos += 2 + length
-    return None

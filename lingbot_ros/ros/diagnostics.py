@@ -5,7 +5,7 @@ from typing import Optional
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
-STARVED_AFTER_S = 5.0  # no image for this long while active: WARN (like rtabmap's sync check)
+LEVELS = (DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR)  # by health level
 
 
 def _kv(key: str, value) -> KeyValue:
@@ -14,30 +14,19 @@ def _kv(key: str, value) -> KeyValue:
     return KeyValue(key=key, value=str(value))
 
 
-def build(stamp, name: str, hardware_id: str, counters: dict, rates: dict,
-          latency_ms: dict, compute_ms: dict, session_info: Optional[dict],
-          gpu: Optional[dict], since_last_image_s: Optional[float], topic: str,
-          last_error: str, calibrated_fx: Optional[float],
+def build(stamp, name: str, hardware_id: str, level: int, message: str, counters: dict,
+          rates: dict, latency_ms: dict, compute_ms: dict, session_info: Optional[dict],
+          gpu: Optional[dict], topic: str, calibrated_fx: Optional[float],
           predicted_fx: Optional[float]) -> DiagnosticArray:
-    """The status and its key/values; level from starvation and the last error."""
-    level, message = DiagnosticStatus.OK, "tracking"
-    if session_info is None:
-        level, message = DiagnosticStatus.WARN, "not configured"
-    elif session_info["phase"] == "scale_frames":
-        message = (f"initialising: {session_info['scale_frames_buffered']}/"
-                   f"{session_info['startup_latency_frames']} anchor frames")
-    if since_last_image_s is None or since_last_image_s > STARVED_AFTER_S:
-        level = max(level, DiagnosticStatus.WARN)
-        message = (f"no image on {topic} for {since_last_image_s:.0f} s"
-                   if since_last_image_s is not None else f"no image received yet on {topic}")
-    if last_error:
-        level, message = DiagnosticStatus.ERROR, f"last frame failed: {last_error}"
+    """The status and its key/values; ``level`` (0 OK, 1 WARN, 2 ERROR) and ``message`` come
+    from ``health.HealthMonitor``."""
     values = [_kv("input_rate_hz", rates["input"]), _kv("processed_rate_hz", rates["processed"])]
     values += [_kv(f"latency_{k}_ms", v) for k, v in latency_ms.items()
                if k in ("p50", "p99", "max") and v is not None]
     values += [_kv(f"compute_{k}_ms", v) for k, v in compute_ms.items()
                if k in ("p50", "p99") and v is not None]
     values += [_kv(k, v) for k, v in sorted(counters.items())]
+    values.append(_kv("image_topic", topic))
     if session_info is not None:
         values += [_kv("phase", session_info["phase"]), _kv("segment", session_info["segment"]),
                    _kv("rollovers", session_info["rollovers"]),
@@ -60,8 +49,8 @@ def build(stamp, name: str, hardware_id: str, counters: dict, rates: dict,
         values.append(_kv("camera_info_fx", calibrated_fx))
     if predicted_fx is not None:
         values.append(_kv("predicted_fx", predicted_fx))
-    status = DiagnosticStatus(level=level, name=name, message=message, hardware_id=hardware_id,
-                              values=values)
+    status = DiagnosticStatus(level=LEVELS[level], name=name, message=message,
+                              hardware_id=hardware_id, values=values)
     return _array(stamp, status)
 
 

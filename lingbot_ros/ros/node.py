@@ -2,24 +2,30 @@
 
 Threads: the executor runs callbacks (image intake only enqueues; services and timers read
 snapshots), one worker thread runs the session and publishes. ``_session_lock`` serialises
-the worker's frame with reset/cleanup, so a reset waits for the frame in flight.
+the worker's frame with reset/cleanup, so a reset waits for the frame in flight, and only
+for it: while a reset waits, the worker takes no next frame (``_no_reset_waiting``; a plain
+lock would let the worker take it back for every queued frame under overload).
 """
 from __future__ import annotations
 
 import gc
 import math
+import signal
 import sys
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from typing import NamedTuple, Optional
 
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rcl_interfaces.msg import SetParametersResult
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
-from sensor_msgs.msg import CameraInfo, CompressedImage, Image
+from rclpy.task import Future
+from sensor_msgs.msg import CameraInfo
+from lingbot_ros_interfaces.msg import TrackingStatus
 from std_msgs.msg import Header
 
 from ..session import (FrameRejected, LatencyWindow, StreamingSession, load_session_model,
@@ -45,15 +51,23 @@ class LingbotNode(LifecycleNode):
     def __init__(self, **kwargs) -> None:
         super().__init__(NODE_NAME, **kwargs)
         self._param_errors = params.declare(self)
+        self._configured = False  # parameters may change only while unconfigured
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+        self.finished = Future()  # done once the lifecycle shutdown ran: main() returns
         self.settings: Optional[params.Settings] = None
         self.session: Optional[StreamingSession] = None
         self._session_lock = threading.Lock()
+        self._no_reset_waiting = threading.Event()  # cleared while a reset waits for the lock
+        self._no_reset_waiting.set()
         self._generation = 0
         self.counters: Counter = Counter()
         self.latency = LatencyWindow()  # callback -> published, ms
         self.info_snapshot: Optional[dict] = None
         self.last_error = ""
         self.last_image_time: Optional[float] = None
+        self.last_processed_time: Optional[float] = None  # a frame went through the session
+        self.last_restart: Optional[tuple[float, str]] = None  # (time, why) the stream restarted
+        self._restart_note = ""
         self.camera_info: Optional[CameraInfo] = None
         self.last_fx: Optional[float] = None
         self._last_reject_warning: dict[str, float] = {}  # reason -> time.monotonic()
@@ -69,6 +83,7 @@ class LingbotNode(LifecycleNode):
     # -- lifecycle ---------------------------------------------------------------------------
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Validate parameters, load the model, build the session, warm up, add services."""
+        self.get_logger().info("configuring: checking parameters, loading the model, warming up")
         errors = list(self._param_errors)
         try:
             settings = params.build_settings(params.read(self))
@@ -94,6 +109,9 @@ class LingbotNode(LifecycleNode):
                 "are NOT meaningful. Set the 'checkpoint' parameter for real estimates.")
         self.settings, self.session = settings, session
         self.info_snapshot = session.info()
+        if not self.context.ok():  # SIGINT/SIGTERM arrived meanwhile: main() exits cleanly
+            self._release()
+            return TransitionCallbackReturn.FAILURE
         try:
             if self._service_handles is None:  # still there after a cleanup
                 self._service_handles = Services(self)
@@ -101,6 +119,7 @@ class LingbotNode(LifecycleNode):
             self.get_logger().error(f"configure failed: cannot create services: {exc}")
             self._release()
             return TransitionCallbackReturn.FAILURE
+        self._configured = True
         self.get_logger().info(
             f"configured: {'checkpoint ' + settings.checkpoint if settings.checkpoint else 'random ' + settings.preset} "
             f"on {settings.session.device}, attention {self.info_snapshot['attention']} "
@@ -124,8 +143,8 @@ class LingbotNode(LifecycleNode):
         qos = QoSProfile(depth=cfg.image_qos_depth, reliability=(
             ReliabilityPolicy.BEST_EFFORT if cfg.image_qos == "sensor_data"
             else ReliabilityPolicy.RELIABLE))
-        topic, msg_type = ((cfg.image_topic + "/compressed", CompressedImage)
-                           if cfg.use_compressed else (cfg.image_topic, Image))
+        from .topics import image_subscription  # remaps applied before '/compressed'
+        topic, msg_type = image_subscription(self, cfg)
         self._subs = [
             self.create_subscription(msg_type, topic, self._on_image, qos,
                                      callback_group=self._io_group),
@@ -145,12 +164,30 @@ class LingbotNode(LifecycleNode):
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
         # The services stay: unconfigured, they answer success=false (GetCacheInfo.srv).
         self._release(keep_services=True)
+        self._configured = False
         return TransitionCallbackReturn.SUCCESS
 
-    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+    def on_shutdown(self, state: Optional[LifecycleState]) -> TransitionCallbackReturn:
+        """Stop and free everything; the process then exits (``finished``)."""
         self._stop_io()
         self._release()
+        self._configured = False
+        if not self.finished.done():
+            self.finished.set_result(True)
         return TransitionCallbackReturn.SUCCESS
+
+    def _on_set_parameters(self, parameters) -> SetParametersResult:
+        """Parameters apply at configure: refuse changes while configured, check the rest."""
+        if self._configured:
+            return SetParametersResult(successful=False, reason=(
+                "parameters apply at configure: deactivate and clean up the node first "
+                "(ros2 lifecycle set <node> deactivate, then cleanup), set them, configure"))
+        for p in parameters:
+            try:
+                params.check_update(p.name, p.value)
+            except ValueError as exc:
+                return SetParametersResult(successful=False, reason=str(exc))
+        return SetParametersResult(successful=True)
 
     def _stop_io(self) -> None:
         for sub in self._subs:
@@ -205,12 +242,12 @@ class LingbotNode(LifecycleNode):
     def _work(self) -> None:
         while not self._stop.is_set():
             item = self._queue.get(timeout=0.1)
+            if item is None:  # idle: check for a stop again
+                continue
+            self._no_reset_waiting.wait()  # a waiting reset goes first (it drops this frame)
             try:
                 with self._session_lock:
-                    if item is None:  # idle: send the Path poses that throttling held back
-                        if self._outputs is not None:
-                            self._outputs.flush_path()
-                    elif self.session is None or item.generation != self._generation:
+                    if self.session is None or item.generation != self._generation:
                         self.counters["dropped_reset"] += 1
                     else:
                         self._process(item)
@@ -233,7 +270,10 @@ class LingbotNode(LifecycleNode):
             else:
                 # cv_bridge when a ROS install registers it, else our exact numpy path
                 array, encoding = image_to_array(msg, limits, backend="auto"), msg.encoding
-            results = self.session.push(array, stamp_ns, encoding)
+            try:
+                results = self.session.push(array, stamp_ns, encoding)
+            finally:
+                self._report_events(msg.header)
         except (ImageRejected, FrameRejected) as exc:
             self.counters[f"rejected_{exc.reason}"] += 1
             # Throttled per reason: a new kind of bad input is always reported.
@@ -250,6 +290,14 @@ class LingbotNode(LifecycleNode):
                                     throttle_duration_sec=2.0)
             return
         self.last_error = ""
+        self.last_processed_time = time.monotonic()
+        self.info_snapshot = info = self.session.info()
+        if not results and info["phase"] == "scale_frames" and (
+                self._status.state != TrackingStatus.STATE_INITIALIZING):
+            note, self._restart_note = self._restart_note, ""
+            self._status.initializing(msg.header, (
+                f"collecting {info['startup_latency_frames']} anchor frames"
+                + (f"; {note}" if note else "")))
         camera_frame = cfg.camera_frame or msg.header.frame_id or "camera_optical_frame"
         for result in results:
             self._outputs.publish(result, camera_frame)
@@ -259,13 +307,28 @@ class LingbotNode(LifecycleNode):
             # The anchor phase yields several frames at once: each status has its own stamp.
             header = Header(stamp=ns_to_stamp(result.stamp_ns), frame_id=msg.header.frame_id)
             self._status.frame(result, header, self.latency.summary()["last"])
-        self.info_snapshot = self.session.info()
+
+    def _report_events(self, header) -> None:
+        """Log (WARN, never throttled: each is one event) and count the session's restarts."""
+        for event in self.session.pop_events():
+            self.counters[event.kind] += 1
+            self.last_restart = (time.monotonic(), event.message)
+            self._restart_note = event.message  # for the next INITIALIZING status
+            self.get_logger().warning(f"{event.message} (image stamp "
+                                      f"{header.stamp.sec}.{header.stamp.nanosec:09d})")
 
     # -- services' side ----------------------------------------------------------------------
     def reset_stream(self) -> Optional[str]:
         """Clear session, queue and path; waits for the frame in flight (if any).
 
         Returns what was done, or None when there is no session (unconfigured)."""
+        self._no_reset_waiting.clear()
+        try:
+            return self._reset_locked()
+        finally:
+            self._no_reset_waiting.set()
+
+    def _reset_locked(self) -> Optional[str]:
         with self._session_lock:
             if self.session is None:  # checked under the lock: a cleanup may be running
                 return None
@@ -282,18 +345,29 @@ class LingbotNode(LifecycleNode):
 
 
 def main(args=None) -> int:
-    rclpy.init(args=args)
-    node = LingbotNode()
+    try:
+        rclpy.init(args=args)
+        node = LingbotNode()
+    except Exception as exc:  # noqa: BLE001 -- a malformed --params-file or --ros-args
+        print(f"lingbot_ros: cannot start: {type(exc).__name__}: {exc}".rstrip(),
+              file=sys.stderr)
+        rclpy.try_shutdown()
+        return 2
     executor = MultiThreadedExecutor(num_threads=4)
     executor.add_node(node)
     interrupted = False
     try:
         if node.get_parameter("autostart").value:
             if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
+                if not node.context.ok():  # SIGINT/SIGTERM arrived while configuring
+                    interrupted = True
+                    print("lingbot_ros: interrupted while configuring; exiting", file=sys.stderr)
+                    return 0
                 node.get_logger().fatal("configure failed (see above); exiting")
                 return 1
             node.trigger_activate()
-        executor.spin()
+        # Until a signal, or a lifecycle shutdown transition (which completes ``finished``).
+        executor.spin_until_future_complete(node.finished)
     except (KeyboardInterrupt, ExternalShutdownException):
         interrupted = True  # SIGINT/SIGTERM: rclpy's handler shuts the context down
     except Exception:
@@ -303,8 +377,11 @@ def main(args=None) -> int:
         # initialize wait set: the given context is not valid") instead.
         interrupted = True
     finally:
-        if not interrupted and rclpy.ok() and node._state_machine.current_state[1] not in (
-                "finalized", "shuttingdown"):
+        # A second Ctrl-C (or SIGTERM) while we clean up must not abort the cleanup with a
+        # KeyboardInterrupt traceback: we are exiting already.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        if not interrupted and rclpy.ok() and not node.finished.done():
             try:
                 node.trigger_shutdown()
             except Exception as exc:  # noqa: BLE001 -- shutting down anyway

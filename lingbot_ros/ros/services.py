@@ -1,6 +1,7 @@
 """The node's services: ~/reset, ~/get_cache_info, ~/save_trajectory."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -65,18 +66,32 @@ class Services:
         if session is None:
             response.success, response.message = False, "not configured: no trajectory"
             return response
-        path = Path(request.path).expanduser()
-        if not request.path or not path.parent.is_dir():
-            response.success = False
-            response.message = f"cannot write {request.path!r}: its folder does not exist"
+        if not request.path:
+            response.success, response.message = False, "cannot write '': no path given"
             return response
+        # Relative paths are the node's working directory's; the answer names the absolute
+        # path written, its folder resolved (the file itself is never followed: write_tum
+        # refuses a target that is not a regular file, a symlink included).
+        given = Path(request.path).expanduser()
+        if given.name in ("", ".."):
+            response.success = False
+            response.message = (f"cannot write {request.path!r} "
+                                f"({Path(os.path.abspath(given))}): it names a folder")
+            return response
+        if not given.parent.is_dir():
+            response.success = False
+            response.message = (f"cannot write {request.path!r} "
+                                f"({Path(os.path.abspath(given))}): its folder does not exist")
+            return response
+        path = given.parent.resolve() / given.name
         stamps, poses = session.trajectory.snapshot()
         optical = settings.node.camera_is_optical
         in_map = np.array([camera_in_map(p, optical) for p in poses]).reshape(-1, 4, 4)
         try:
             write_tum(path, stamps, in_map)
-        except OSError as exc:
-            response.success, response.message = False, f"cannot write {path}: {exc}"
+        except (OSError, ValueError) as exc:  # ValueError: non-finite poses
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            response.success, response.message = False, f"cannot write {path}: {reason}"
             return response
         response.success, response.num_poses = True, len(stamps)
         response.message = f"wrote {len(stamps)} poses (map frame, TUM) to {path}"

@@ -7,7 +7,9 @@ from diagnostic_msgs.msg import DiagnosticArray
 from lingbot_ros_interfaces.msg import CacheInfo, TrackingStatus
 
 from . import diagnostics
+from .health import HealthMonitor
 from .messages import cache_info
+from .topics import image_subscription
 
 
 class Status:
@@ -22,6 +24,8 @@ class Status:
         self._timers = [node.create_timer(1.0 / cfg.cache_info_rate_hz, self._publish_cache),
                         node.create_timer(1.0 / cfg.diagnostics_rate_hz, self._publish_diag)]
         self._last = (time.monotonic(), 0, 0)  # for rates: time, received, processed
+        self._health = HealthMonitor(cfg.warn_drop_share, cfg.stall_timeout_s)
+        self.state = None  # the last state published on ~/status
 
     def destroy(self) -> None:
         for timer in self._timers:
@@ -31,17 +35,24 @@ class Status:
         self._timers = []
 
     def frame(self, result, header, latency_ms: float) -> None:
-        n = self._node
-        c = n.counters
-        msg = TrackingStatus(header=header, keyframe=result.keyframe,
-                             frame_index=result.index, compute_ms=float(result.latency_ms),
-                             latency_ms=float(latency_ms), frames_received=c["received"],
-                             frames_processed=c["processed"],
-                             frames_dropped=sum(v for k, v in c.items() if k.startswith("dropped")),
-                             frames_rejected=sum(v for k, v in c.items()
-                                                 if k.startswith("rejected")))
-        msg.state = TrackingStatus.STATE_TRACKING
+        """The status of one processed frame (TRACKING)."""
+        msg = self._message(header, TrackingStatus.STATE_TRACKING)
+        msg.keyframe, msg.frame_index = result.keyframe, result.index
+        msg.compute_ms, msg.latency_ms = float(result.latency_ms), float(latency_ms)
         self.status.publish(msg)
+
+    def initializing(self, header, message: str) -> None:
+        """Once per change into INITIALIZING: a (re)started stream collects its anchors."""
+        self.status.publish(self._message(header, TrackingStatus.STATE_INITIALIZING, message))
+
+    def _message(self, header, state: int, message: str = "") -> TrackingStatus:
+        c = self._node.counters
+        self.state = state
+        return TrackingStatus(
+            header=header, state=state, message=message, frames_received=c["received"],
+            frames_processed=c["processed"],
+            frames_dropped=sum(v for k, v in c.items() if k.startswith("dropped")),
+            frames_rejected=sum(v for k, v in c.items() if k.startswith("rejected")))
 
     def _publish_cache(self) -> None:
         snapshot = self._node.info_snapshot
@@ -60,12 +71,20 @@ class Status:
         self._last = (now, c.get("received", 0), c.get("processed", 0))
         info = n.info_snapshot
         fx = float(n.camera_info.k[0]) if n.camera_info is not None else None
+        topic = image_subscription(n, n.settings.node)[0]  # the topic actually subscribed
+        idle = "tracking"
+        if info is not None and info["phase"] == "scale_frames":
+            idle = (f"initialising: {info['scale_frames_buffered']}/"
+                    f"{info['startup_latency_frames']} anchor frames")
+        level, message = self._health.evaluate(
+            now, c, None if n.last_image_time is None else now - n.last_image_time,
+            None if n.last_processed_time is None else now - n.last_processed_time,
+            n.last_error, n.last_restart, idle, topic)
         msg = diagnostics.build(
             n.get_clock().now().to_msg(), f"{n.get_name()}: tracking",
-            n.settings.session.device, c, rates, n.latency.summary(),
+            n.settings.session.device, level, message, c, rates, n.latency.summary(),
             info["latency_ms"] if info else {}, info, _gpu_memory(n.settings.session.device),
-            None if n.last_image_time is None else now - n.last_image_time,
-            n.resolve_topic_name(n.settings.node.image_topic), n.last_error, fx, n.last_fx)
+            topic, fx, n.last_fx)
         self.diag.publish(msg)
 
 

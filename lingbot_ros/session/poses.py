@@ -189,6 +189,10 @@ def parse_stamp(text: str) -> int:
 def write_tum(path: PathLike, stamps_ns: Sequence[int], poses) -> Path:
     """Write poses (N, 4, 4) with integer-ns stamps as a TUM file; atomic (temp + rename).
 
+    An existing ``path`` must be a regular file: a symlink, FIFO, device or folder there is
+    neither followed nor replaced (FileExistsError). On any failure (writing, renaming) no
+    temporary file is left behind.
+
     Values are written with ``repr`` precision, so a float64 pose reads back bit-exact
     (quaternions are canonicalised with w >= 0)."""
     path = Path(path)
@@ -202,9 +206,39 @@ def write_tum(path: PathLike, stamps_ns: Sequence[int], poses) -> Path:
     lines = ["# timestamp tx ty tz qx qy qz qw\n"]
     for s, ti, qi in zip(stamps, t, q):
         lines.append(" ".join([format_stamp(s)] + [repr(float(v)) for v in (*ti, *qi)]) + "\n")
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(lines))
-    os.replace(tmp, path)
+    # A new temporary file beside ``path`` (exclusive, not through a link), fsynced, then
+    # renamed over ``path``; removed on any failure.
+    import errno
+    import secrets
+    import stat
+
+    tmp = path.with_name(f"{path.name}.{secrets.token_hex(6)}.tmp")
+    flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+             | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(tmp, flags, 0o666)  # exclusive: nobody else's file is touched
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write("".join(lines))
+            f.flush()
+            os.fsync(f.fileno())
+        try:  # checked last, just before the rename: the narrowest window
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is not None and not stat.S_ISREG(mode):
+            kind = ("a symlink" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode)
+                    else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                    else "something else")
+            raise FileExistsError(errno.EEXIST, f"it exists and is {kind}, not a regular "
+                                  "file: not replaced", str(path))
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     return path
 
 

@@ -2,8 +2,11 @@
 
 Here: :class:`Frame` ``(stamp_ns: int, image: np.ndarray, encoding: str)``; the skip
 bookkeeping (:data:`SKIP_REASONS`, :class:`SkippedFrame`, :class:`SourceStats`); the
-:class:`FrameSource` base (strictly increasing stamps, stats); and the OpenCV decoding of
-encoded image bytes (:func:`decode_bytes`, :func:`check_container`, :func:`cv_encoding`).
+:class:`FrameSource` base (strictly increasing stamps, stats); and the decoding of encoded
+image bytes (:func:`decode_bytes`, :func:`check_container`, :func:`cv_encoding`), which is the
+ROS node's: :func:`lingbot_ros.image_header.decode_compressed` (the size read from the header
+and checked before decoding, unknown formats refused) and
+:func:`lingbot_ros.image_decode.opencv_encoding` (the one table of decoded encodings).
 The sources themselves are in :mod:`lingbot_ros.tools.frame_sources` (image folder, video,
 ``open_source``) and :mod:`lingbot_ros.tools.bag_source` (bags), which both build on this one.
 
@@ -20,8 +23,12 @@ from typing import NamedTuple, Optional, Union
 
 import numpy as np
 
-__all__ = ["Frame", "FrameSource", "PathLike", "SKIP_REASONS", "SkippedFrame", "SourceStats",
-           "check_container", "cv_encoding", "decode_bytes", "require_cv2"]
+from ..image_decode import ImageRejected, opencv_encoding
+from ..image_header import decode_compressed
+
+__all__ = ["Frame", "FrameSource", "MAX_IMAGE_PIXELS", "PathLike", "SKIP_REASONS",
+           "SkippedFrame", "SourceStats", "check_container", "cv_encoding", "decode_bytes",
+           "require_cv2"]
 
 log = logging.getLogger("lingbot_ros.frame_sources")
 
@@ -29,15 +36,27 @@ PathLike = Union[str, os.PathLike]
 
 SKIP_REASONS = (
     "unreadable",  # a file that cannot be read or decoded
-    "corrupt",  # a file/payload whose structure is broken (truncated PNG/JPEG, bad CDR)
+    "corrupt",  # a file/payload whose structure is broken (truncated PNG/JPEG, bad CDR), or
+    # encoded bytes in no format whose header lingbot_ros.image_header reads (never decoded)
     "truncated",  # an Image message with fewer data bytes than step * height
     "bad_step",  # an Image message whose step is smaller than width * bytes per pixel
     "unknown_encoding",  # an Image/CompressedImage encoding we cannot turn into pixels
+    "too_large",  # an encoded image whose header declares more than MAX_IMAGE_PIXELS
     "zero_size",  # width or height 0
     "non_monotonic_stamp",  # a stamp not after the previous yielded frame's
     "bad_stamp",  # a stamp that cannot be derived (e.g. a file name that is not a time)
     "missing_frames",  # a video that ended before its announced frame count
 )
+
+# Encoded images (files, CompressedImage) declaring more pixels than this are skipped
+# (too_large) before decoding. Larger than the node's default (4096 x 4096): offline input
+# may be full-resolution photos; still a bound on what a few bytes can make us allocate.
+MAX_IMAGE_PIXELS = 8192 * 8192
+
+# image_header's reasons -> ours
+_SKIP_REASON = {"decode_failed": "corrupt", "unknown_format": "corrupt",
+                "too_large": "too_large", "zero_size": "zero_size",
+                "unknown_encoding": "unknown_encoding"}
 
 
 class Frame(NamedTuple):
@@ -117,29 +136,27 @@ def require_cv2():
 
 
 def cv_encoding(img: np.ndarray) -> str:
-    """Encoding of an OpenCV-decoded array (BGR order)."""
-    bits = {np.dtype(np.uint8): "8", np.dtype(np.uint16): "16"}.get(img.dtype)
-    channels = 1 if img.ndim == 2 else img.shape[2]
-    name = {1: "mono", 3: "bgr", 4: "bgra"}.get(channels)
-    if bits is None or name is None:
-        raise SkippedFrame("unknown_encoding", f"decoded image has dtype {img.dtype} and "
-                                               f"{channels} channel(s)")
-    return name + bits
-
-
-def decode_bytes(buf: np.ndarray, what: str) -> tuple[np.ndarray, str]:
-    """Encoded image bytes (PNG, JPEG, anything ``cv2.imdecode`` reads) -> (array, encoding).
-    Raises SkippedFrame('corrupt') when OpenCV cannot decode them."""
-    cv2 = require_cv2()
+    """Encoding of an OpenCV-decoded array (BGR order): mono8/16, bgr8/16, bgra8/16, from
+    :func:`lingbot_ros.image_decode.opencv_encoding`. SkippedFrame('unknown_encoding') else."""
     try:
-        img = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED)
-    except cv2.error as err:
-        raise SkippedFrame("corrupt", f"{what}: OpenCV cannot decode it ({err})") from None
-    if img is None:
-        raise SkippedFrame("corrupt", f"{what}: OpenCV cannot decode it")
-    if img.ndim == 3 and img.shape[2] == 1:
-        img = img[:, :, 0]
-    return img, cv_encoding(img)
+        return opencv_encoding(img)
+    except ImageRejected as err:
+        raise SkippedFrame("unknown_encoding", err.detail) from None
+
+
+def decode_bytes(buf, what: str, *,
+                 max_pixels: int = MAX_IMAGE_PIXELS) -> tuple[np.ndarray, str]:
+    """Encoded image bytes -> (array, encoding), by
+    :func:`lingbot_ros.image_header.decode_compressed`: the size is read from the header and
+    checked before decoding. Raises SkippedFrame: corrupt (a bad header, a format we do not
+    read -- not decoded --, or OpenCV cannot decode it), too_large (declares over
+    ``max_pixels``; not decoded), zero_size, unknown_encoding (e.g. a float image). The
+    message starts with image_header's reason (decode_failed, unknown_format, ...)."""
+    require_cv2()
+    try:
+        return decode_compressed(buf, max_pixels=max_pixels)
+    except ImageRejected as err:
+        raise SkippedFrame(_SKIP_REASON[err.reason], f"{what}: {err}") from None
 
 
 def check_container(data: bytes, what: str) -> None:

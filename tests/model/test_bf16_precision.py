@@ -13,13 +13,13 @@ HW, NSF = (42, 56), 2
 
 def stream(model, images):
     runner = make_runner(model, HW, NSF, 3)
-    poses = []
-    for start in [0] + list(range(NSF, images.shape[0])):
-        n = NSF if start == 0 else 1
-        with record_intermediates(model) as taps:
-            out, txn = runner.step(images[start:start + n], StepKind.KEYFRAME)
+    with record_intermediates(model) as debug:  # the anchor step's intermediates
+        out, txn = runner.step(images[:NSF], StepKind.KEYFRAME)
+    txn.commit()
+    poses = [out.pose_enc]
+    for start in range(NSF, images.shape[0]):
+        out, txn = runner.step(images[start:start + 1], StepKind.KEYFRAME)
         txn.commit()
-        debug = taps if start == 0 else debug
         poses.append(out.pose_enc)
     return torch.cat(poses), debug, runner.kv_cache
 

@@ -174,7 +174,8 @@ class Probe(BackgroundNode):
         self._lock = threading.Lock()
         self.poses: list[Got] = []
         self.paths: list[Got] = []
-        self.status: list[Got] = []
+        self.status: list[Got] = []  # TrackingStatus of processed frames (TRACKING)
+        self.state_changes: list[Got] = []  # the others (INITIALIZING after a (re)start...)
         self.cache_info: list[Got] = []
         self.diagnostics: list[Got] = []
 
@@ -198,7 +199,7 @@ class Probe(BackgroundNode):
         for topic, msg_type, store, qos in (
                 (f"{n}/pose", PoseStamped, self.poses, reliable),
                 (f"{n}/path", PathMsg, self.paths, latched),
-                (f"{n}/status", TrackingStatus, self.status, reliable),
+                (f"{n}/status", TrackingStatus, None, reliable),
                 (f"{n}/cache_info", CacheInfo, self.cache_info, reliable),
                 ("/diagnostics", DiagnosticArray, self.diagnostics, reliable)):
             node.create_subscription(msg_type, topic,
@@ -213,7 +214,9 @@ class Probe(BackgroundNode):
         self.image_pub = node.create_publisher(
             Image, self._image_topic, QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE))
 
-    def _on_message(self, store: list, msg) -> None:
+    def _on_message(self, store: Optional[list], msg) -> None:
+        if store is None:  # a TrackingStatus: per frame, or a state change
+            store = (self.status if msg.state == msg.STATE_TRACKING else self.state_changes)
         with self._lock:
             store.append(Got(msg, time.monotonic()))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 import sys
 
+import cv2
 import numpy as np
 import pytest
 from rclpy.serialization import deserialize_message, serialize_message
@@ -123,6 +124,10 @@ def test_reject_reasons():
     garbage = CompressedImage(format="jpeg", data=b"\xff\xd8 this is no jpeg")
     rejected(garbage, "decode_failed", convert=compressed_to_array)
     seen.add("decode_failed")
+    unknown = CompressedImage(format="jpeg", data=b"no known image format starts like this")
+    text = rejected(unknown, "unknown_format", convert=compressed_to_array)
+    assert "not decoded" in text and "'jpeg'" in text  # the format field is quoted
+    seen.add("unknown_format")
     assert seen == set(REJECT_REASONS)
 
 
@@ -181,6 +186,48 @@ def test_compressed_size_is_checked_before_decoding():
     rejected(CompressedImage(format="png", data=bomb), "too_large", convert=compressed_to_array)
     big = CompressedImage(format="png", data=bytes(array_to_compressed(array, "rgb8").data))
     rejected(big, "too_large", ImageLimits(max_compressed_bytes=10), compressed_to_array)
+
+
+@pytest.mark.parametrize("name", ["vp8l", "vp8x", "vp8", "png", "jpeg"])
+def test_compressed_bombs_are_refused_without_decoding(name, monkeypatch):
+    """16000 x 16000 declared in a few KB (the VP8L one is a complete, decodable image of
+    that size) is too_large for the default limits, and OpenCV never sees it."""
+    from tests.test_image_header import (BOMB, encode, patch_jpeg_size, png_header,
+                                         vp8_header, vp8l_constant, vp8x_wrap)
+    data = {"vp8l": lambda: vp8l_constant(BOMB, BOMB),
+            "vp8x": lambda: vp8x_wrap(vp8l_constant(BOMB, BOMB), BOMB, BOMB, b" " * 9000),
+            "vp8": lambda: vp8_header(BOMB, BOMB),
+            "png": lambda: png_header(BOMB, BOMB),
+            "jpeg": lambda: patch_jpeg_size(encode(".jpg", pixels("bgr8")), BOMB, BOMB)}[name]()
+    msg = deserialize_message(serialize_message(CompressedImage(format=name, data=data)),
+                              CompressedImage)
+
+    def imdecode(*args, **kwargs):
+        raise AssertionError("cv2.imdecode was called")
+    monkeypatch.setattr(cv2, "imdecode", imdecode)
+    text = rejected(msg, "too_large", convert=compressed_to_array)
+    assert f"declares {BOMB}x{BOMB}, over max_pixels={ImageLimits().max_pixels}" in text
+
+
+@pytest.mark.parametrize("channels, encoding", [(3, "bgr16"), (4, "bgra16")])
+def test_16_bit_colour_is_bgr16_in_the_node_and_the_offline_sources(channels, encoding):
+    """One table names what OpenCV decodes: a 16-bit colour PNG is bgr16/bgra16 (it used to
+    be refused by the node and accepted offline)."""
+    from lingbot_ros.preprocess import preprocess
+    from lingbot_ros.tools.frame import decode_bytes
+    array = np.random.default_rng(3).integers(0, 65535, (H, W, channels), dtype=np.uint16,
+                                              endpoint=True)
+    ok, buf = cv2.imencode(".png", array)
+    msg = CompressedImage(format=f"{encoding}; png compressed {encoding}")
+    msg.data = buf.tobytes()
+    back, back_encoding = compressed_to_array(deserialize_message(serialize_message(msg),
+                                                                  CompressedImage))
+    assert back_encoding == encoding and back.dtype == np.uint16
+    np.testing.assert_array_equal(back, array)
+    offline, offline_encoding = decode_bytes(buf.reshape(-1), "test.png")
+    assert offline_encoding == encoding
+    np.testing.assert_array_equal(offline, array)
+    assert preprocess(back, back_encoding)[0].shape[0] == 3
 
 
 def test_auto_backend_is_numpy_without_a_ros_cv_bridge(monkeypatch, tmp_path):

@@ -8,7 +8,9 @@ from tests.ros.node_harness import NodeProcess, Probe, good_images, header, stam
 from tests.ros.ros_helpers import BAG_START_NS, ros_env  # noqa: F401 -- the fixture
 
 PARAMS = {"qos.image": "reliable", "qos.image_depth": 50, "queue_size": 50,
-          "publish.diagnostics_rate_hz": 5.0}
+          "publish.diagnostics_rate_hz": 5.0,
+          # a stamp going backwards is refused and counted (the default restarts the stream)
+          "session.on_stamp_backwards": "drop"}
 
 
 def bad_images() -> dict[str, object]:
@@ -79,3 +81,72 @@ def test_bad_messages_are_counted_and_skipped(tmp_path, ros_env):
     for reason in reasons:  # warnings are throttled per reason: each one is reported
         assert f"rejected ({reason})" in log, (reason, log[-3000:])
     assert "[WARN]" in log and "Traceback" not in log, log[-3000:]
+
+
+def vm_hwm_bytes(pid: int) -> int:
+    """Peak resident set size of a process so far (VmHWM of /proc/<pid>/status)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM in /proc/{pid}/status")
+
+
+def test_compressed_bomb_is_refused_before_decoding(tmp_path, ros_env):
+    """A ~10 KB WebP declaring 16000 x 16000 (a complete lossless image: decoding it takes
+    over 1 GB) and the same bitstream bare (38 bytes): both are refused from their header and
+    counted as too_large, the node's peak RSS does not move, and it goes on processing."""
+    from sensor_msgs.msg import CompressedImage
+
+    from tests.ros.test_compressed_topic import (COMPRESSED_TOPIC, CompressedProbe,
+                                                 compressed_frames)
+    from tests.test_image_header import vp8l_constant, vp8x_wrap
+
+    bomb = vp8l_constant(16000, 16000)
+    payloads = [vp8x_wrap(bomb, 16000, 16000, xmp=b"<x:xmpmeta/>" + b" " * 10_000), bomb]
+    assert 9_000 < len(payloads[0]) < 11_000 and len(payloads[1]) < 100
+    bombs = [CompressedImage(header=header(BAG_START_NS - 10**9 + i), format="webp",
+                             data=data) for i, data in enumerate(payloads)]
+    good = compressed_frames(6)
+    stamps = [stamp_ns(m.header.stamp) for m in good]
+    with NodeProcess(ros_env, tmp_path, {**PARAMS, "topics.use_compressed": True}) as node, \
+            CompressedProbe(COMPRESSED_TOPIC) as probe:
+        probe.wait_active(node)
+        probe.wait_for_compressed_subscriber()
+        for msg in good[:3]:  # the node's first frames allocate what it needs
+            probe.publish_compressed(msg)
+            time.sleep(0.02)
+        probe.wait_until(lambda: len(probe.poses) >= 3, 60, "3 poses")
+        before = vm_hwm_bytes(node.pid)
+        for msg in bombs:
+            probe.publish_compressed(msg)
+            time.sleep(0.02)
+        probe.wait_until(lambda: probe.counter("rejected_too_large") == len(bombs), 30,
+                         lambda: f"/diagnostics counting {len(bombs)} rejected_too_large "
+                                 f"(last: {probe.last_diag()})")
+        after = vm_hwm_bytes(node.pid)
+        print(f"node VmHWM before the bombs {before / 2**20:.1f} MiB, after "
+              f"{after / 2**20:.1f} MiB (+{(after - before) / 2**20:.1f} MiB)")
+        # Decoding one would add over 1 GB; refused from the header it adds nothing.
+        assert after - before < 200 * 2**20, (before, after)
+        assert node.poll() is None, node.log()[-3000:]
+
+        for msg in good[3:]:  # and the frames after it are processed
+            probe.publish_compressed(msg)
+            time.sleep(0.02)
+        probe.wait_until(lambda: len(probe.poses) >= len(good), 60, f"{len(good)} poses")
+        time.sleep(0.3)
+        assert probe.pose_stamps() == stamps
+
+        def counted():
+            values = probe.last_diag()
+            return values if values.get("processed") == str(len(good)) else None
+        values = probe.wait_until(counted, 15, lambda: f"/diagnostics counting {len(good)} "
+                                  f"processed (last: {probe.last_diag()})")
+        assert values["received"] == str(len(good) + len(bombs))
+        assert values["rejected_too_large"] == str(len(bombs))
+        assert "failed" not in values
+        assert node.poll() is None, node.log()[-3000:]
+    log = node.log()
+    assert "rejected (too_large)" in log and "declares 16000x16000" in log, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]

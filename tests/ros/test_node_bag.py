@@ -59,7 +59,11 @@ def test_bag_to_poses(tmp_path, ros_env, storage):
                 status.frames_rejected) == (FRAMES, FRAMES, 0, 0)
         assert status.frame_index == FRAMES - 1 and stamp_ns(status.header.stamp) == \
             image_stamps[-1]
-        # One status per frame, each with its own image's stamp (anchor frames included).
+        # One INITIALIZING status when the stream starts collecting its anchors, then one
+        # TRACKING status per frame, each with its own image's stamp (anchors included).
+        starts = probe.snapshot("state_changes")
+        assert [g.msg.state for g in starts] == [1], [g.msg for g in starts]
+        assert stamp_ns(starts[0].msg.header.stamp) == image_stamps[0]
         assert [(stamp_ns(g.msg.header.stamp), g.msg.frame_index)
                 for g in probe.snapshot("status")] == list(zip(image_stamps, range(FRAMES)))
 

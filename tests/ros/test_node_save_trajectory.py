@@ -1,12 +1,18 @@
 """~/save_trajectory after a bag replay: a TUM file that evo reads, one pose per processed frame
-with the image stamps and the published poses; a bad path is refused with a message."""
+with the image stamps and the published poses, answered with the absolute path written (a
+relative path is the node's working directory's); a bad path is refused with a message; an
+existing target that is not a regular file (FIFO, symlink, folder) is neither followed nor
+replaced, and no temporary file is left behind by a failure."""
 from __future__ import annotations
+
+import os
+import stat
 
 import numpy as np
 
 from tests.ros.node_harness import IMAGE_TOPIC, NodeProcess, Probe, make_bag
 from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
-from tests.ros.ros_helpers import finish, start_replay
+from tests.ros.ros_helpers import REPO, finish, start_replay
 
 FRAMES = 12
 PARAMS = {"qos.image": "reliable", "qos.image_depth": 100, "queue_size": 100}
@@ -34,7 +40,7 @@ def test_save_trajectory_is_read_by_evo(tmp_path, ros_env):
         out = tmp_path / "trajectory.tum"
         reply = save(probe, out)
         assert reply.success, reply.message
-        assert reply.num_poses == FRAMES and str(out) in reply.message
+        assert reply.num_poses == FRAMES and str(out.resolve()) in reply.message
 
         # Not writable: a missing folder, an empty path. Nothing is written, the node says why.
         missing = tmp_path / "no_such_dir" / "t.tum"
@@ -43,6 +49,44 @@ def test_save_trajectory_is_read_by_evo(tmp_path, ros_env):
         assert reply.num_poses == 0 and not missing.parent.exists()
         reply = save(probe, "")
         assert not reply.success and reply.message
+
+        # A relative path is the node's working directory's (the harness starts it in REPO);
+        # the answer names the absolute, resolved path that was written.
+        rel_dir = tmp_path / "rel"
+        rel_dir.mkdir()
+        relative = os.path.relpath(rel_dir / "t.tum", REPO)
+        assert not os.path.isabs(relative)
+        reply = save(probe, relative)
+        assert reply.success, reply.message
+        written = (rel_dir / "t.tum").resolve()
+        assert reply.message.endswith(f" to {written}"), reply.message
+        assert written.read_text() == out.read_text()
+
+        # A FIFO is refused and stays a FIFO (never opened: the node would block on it).
+        fifo = tmp_path / "fifo.tum"
+        os.mkfifo(fifo)
+        reply = save(probe, fifo)
+        assert not reply.success and reply.num_poses == 0, reply.message
+        assert "FIFO" in reply.message and str(fifo.resolve()) in reply.message, reply.message
+        assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+        # A symlink is refused: the link stays, the file it points to is unchanged.
+        pointee = tmp_path / "precious.txt"
+        pointee.write_text("keep me\n")
+        link = tmp_path / "link.tum"
+        link.symlink_to(pointee)
+        reply = save(probe, link)
+        assert not reply.success and "symlink" in reply.message, reply.message
+        assert link.is_symlink() and os.readlink(link) == str(pointee)
+        assert pointee.read_text() == "keep me\n"
+        # A failure after the temporary file was written (the target is an existing folder,
+        # which fails as root too) leaves no temporary file behind, and the folder intact.
+        folder = tmp_path / "folder.tum"
+        folder.mkdir()
+        (folder / "inside").write_text("x")
+        reply = save(probe, folder)
+        assert not reply.success and "folder" in reply.message, reply.message
+        assert [p.name for p in folder.iterdir()] == ["inside"]
+        assert not list(tmp_path.glob("*.tmp")) and not list(rel_dir.glob("*.tmp"))
         published = [g.msg.pose for g in probe.snapshot("poses")]
         assert node.poll() is None, node.log()[-3000:]
 

@@ -151,7 +151,7 @@ def test_tum_round_trip_is_bit_exact(tmp_path):
     s2, p2 = read_tum(path)
     assert s2.dtype == np.int64 and np.array_equal(s2, stamps)
     assert np.allclose(p2, poses, atol=1e-15, rtol=0)
-    assert not (tmp_path / "traj.tum.tmp").exists()
+    assert not list(tmp_path.glob("*.tmp"))
     first = path.read_text().splitlines()[1].split()
     assert len(first) == 8 and first[0] == "1700000000.000000000"
 
@@ -174,6 +174,58 @@ def test_read_tum_tolerates_comments_and_reports_bad_lines(tmp_path):
         write_tum(p, [1, 2], np.eye(4)[None])
     with pytest.raises(ValueError, match="non-finite"):
         write_tum(p, [1], np.full((1, 4, 4), np.nan))
+
+
+def test_write_tum_never_follows_nor_replaces_what_is_not_a_regular_file(tmp_path):
+    import os
+    import stat
+
+    pose = np.eye(4)[None]
+    pointee = tmp_path / "precious.txt"
+    pointee.write_text("keep me\n")
+    (tmp_path / "link.tum").symlink_to(pointee)
+    os.mkfifo(tmp_path / "fifo.tum")
+    (tmp_path / "folder.tum").mkdir()
+    for name, kind, is_kind in (("link.tum", "a symlink", stat.S_ISLNK),
+                                ("fifo.tum", "a FIFO", stat.S_ISFIFO),
+                                ("folder.tum", "a folder", stat.S_ISDIR)):
+        with pytest.raises(FileExistsError, match=f"is {kind}, not a regular file"):
+            write_tum(tmp_path / name, [1], pose)
+        assert is_kind(os.lstat(tmp_path / name).st_mode), name
+    assert pointee.read_text() == "keep me\n" and not list((tmp_path / "folder.tum").iterdir())
+    # A regular file is replaced, atomically; nothing temporary is left by any of this.
+    (tmp_path / "old.tum").write_text("old\n")
+    write_tum(tmp_path / "old.tum", [1], pose)
+    assert read_tum(tmp_path / "old.tum")[0].tolist() == [1]
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_write_tum_removes_its_temporary_file_when_writing_fails(tmp_path):
+    """A real write error (EFBIG: the file size limit of a child process, which holds as root
+    too) leaves the target as it was and no temporary file."""
+    import subprocess
+    import sys
+
+    target = tmp_path / "traj.tum"
+    target.write_text("previous\n")
+    code = (
+        "import errno, resource, signal, sys\n"
+        "import numpy as np\n"
+        "from lingbot_ros.session.poses import write_tum\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (64, resource.RLIM_INFINITY))\n"
+        "try:\n"
+        "    write_tum(sys.argv[1], range(100), np.tile(np.eye(4), (100, 1, 1)))\n"
+        "except OSError as exc:\n"
+        "    sys.exit(0 if exc.errno == errno.EFBIG else 3)\n"
+        "sys.exit(2)\n")
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", code, str(target)], cwd=repo,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert target.read_text() == "previous\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["traj.tum"]
 
 
 def test_tum_file_reads_back_in_evo_with_zero_ape(tmp_path):

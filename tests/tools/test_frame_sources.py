@@ -84,6 +84,60 @@ def test_folder_corrupt_files_are_skipped_and_counted(seq, tmp_path, caplog):
     assert "skipped corrupt 3" in src.stats.summary()
 
 
+def test_folder_every_extension_decodes_and_bombs_are_skipped_undecoded(tmp_path, monkeypatch):
+    """Every IMAGE_EXTENSIONS file decodes (the compressed decoder the node uses). A file whose
+    header declares 16000 x 16000 is skipped as too_large before OpenCV sees it, and bytes in
+    no format we read are skipped as corrupt, undecoded."""
+    from lingbot_ros.tools.frame import MAX_IMAGE_PIXELS, SKIP_REASONS
+    from lingbot_ros.tools.frame_sources import IMAGE_EXTENSIONS
+    from tests.test_image_header import png_header, vp8l_constant
+    img = np.random.default_rng(2).integers(0, 255, (8, 10, 3), np.uint8)
+    for i, ext in enumerate(IMAGE_EXTENSIONS):
+        data = img[..., 0] if ext == ".pgm" else img
+        ok, buf = cv2.imencode(".ppm" if ext == ".pnm" else ext, data)
+        (tmp_path / f"f{i:02d}{ext}").write_bytes(buf.tobytes())
+    bomb = vp8l_constant(16000, 16000)  # 38 valid bytes that decode to 16000 x 16000
+    (tmp_path / "f90.webp").write_bytes(bomb)
+    (tmp_path / "f91.png").write_bytes(png_header(16000, 16000) + bytes(12) + b"IEND" + bytes(4))
+    (tmp_path / "f92.jpg").write_bytes(b"no image format starts like this, 123 \xff\xd9")
+    decoded = []
+    real_imdecode = cv2.imdecode
+
+    def imdecode(buf, flags):  # the real decoder, remembering what it was given
+        decoded.append(bytes(buf))
+        return real_imdecode(buf, flags)
+    monkeypatch.setattr(cv2, "imdecode", imdecode)
+    src = ImageFolderSource(tmp_path, fps=10)
+    frames = list(src)
+    assert len(frames) == len(IMAGE_EXTENSIONS) == len(decoded)
+    assert bomb not in decoded
+    for f in frames:
+        assert f.image.shape[:2] == (8, 10)
+        assert f.encoding == ("mono8" if f.image.ndim == 2 else "bgr8")
+    assert src.stats.skipped == {"too_large": 2, "corrupt": 1}
+    assert set(src.stats.skipped) <= set(SKIP_REASONS)
+    text = " | ".join(src.stats.messages)
+    assert text.count(f"declares 16000x16000, over max_pixels={MAX_IMAGE_PIXELS}") == 2
+    assert "f92.jpg: unknown_format" in text
+
+
+def test_bag_compressed_bomb_is_skipped_undecoded(monkeypatch):
+    from types import SimpleNamespace
+
+    from lingbot_ros.tools.bag_source import image_from_compressed
+    from lingbot_ros.tools.frame import SkippedFrame
+    from tests.test_image_header import vp8l_constant
+
+    def imdecode(*args, **kwargs):
+        raise AssertionError("cv2.imdecode was called")
+    monkeypatch.setattr(cv2, "imdecode", imdecode)
+    msg = SimpleNamespace(format="webp", data=np.frombuffer(vp8l_constant(16000, 16000),
+                                                            np.uint8))
+    with pytest.raises(SkippedFrame, match="declares 16000x16000") as err:
+        image_from_compressed(msg)
+    assert err.value.reason == "too_large"
+
+
 def test_folder_stamps_from_file_names(tmp_path):
     img = np.zeros((4, 4, 3), np.uint8)
     for name in ("1305031102.175304.png", "1305031102.211214.png", "1305031102.2112140.png",

@@ -1,0 +1,114 @@
+"""The node as an operator drives it: parameters set while unconfigured, a lifecycle shutdown
+that ends the process, Ctrl-C twice, SIGTERM while configuring, a malformed params file.
+Each exits cleanly (status 0, or 2 with a message for bad input) and prints no traceback."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+from tests.ros.node_harness import (ACTIVE, CONFIGURE, INACTIVE, SHUTDOWN_FROM, UNCONFIGURED,
+                                    NodeProcess, Probe, good_images)
+from tests.ros.ros_helpers import REPO
+from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
+
+
+def set_parameter(probe, name: str, value):
+    """SetParameters on the node, over DDS; returns the SetParametersResult."""
+    from rcl_interfaces.msg import Parameter
+    from rcl_interfaces.srv import SetParameters
+    from rclpy.parameter import Parameter as RclpyParameter
+    client = probe.node.create_client(SetParameters, "/lingbot_ros/set_parameters")
+    assert client.wait_for_service(timeout_sec=30)
+    request = SetParameters.Request(
+        parameters=[RclpyParameter(name, value=value).to_parameter_msg()])
+    assert isinstance(request.parameters[0], Parameter)
+    future = client.call_async(request)
+    probe.wait_until(future.done, 30, f"the answer to setting {name}")
+    return future.result().results[0]
+
+
+def clean(log: str) -> bool:
+    return "Traceback" not in log and "KeyboardInterrupt" not in log and "[FATAL]" not in log
+
+
+def test_parameters_can_be_set_while_unconfigured_and_apply_at_configure(tmp_path, ros_env):
+    with NodeProcess(ros_env, tmp_path, {"autostart": False}) as node, Probe() as probe:
+        assert probe.get_state(timeout=60) == (UNCONFIGURED, "unconfigured")
+        result = set_parameter(probe, "cache.window", 7)
+        assert result.successful, result.reason
+        bad = set_parameter(probe, "keyframes.policy", "sometimes")
+        assert not bad.successful and "must be one of" in bad.reason
+        assert probe.change_state(CONFIGURE)
+        assert probe.get_state() == (INACTIVE, "inactive")
+        assert "window 7" in node.log()  # the configure log names the applied window
+        refused = set_parameter(probe, "cache.window", 9)
+        assert not refused.successful and "apply at configure" in refused.reason
+        node.interrupt()
+        assert node.wait(30) == 0
+    assert clean(node.log()), node.log()[-3000:]
+
+
+BURST = {"qos.image": "reliable", "queue_size": 10}  # a burst of images, none dropped
+
+
+def test_a_lifecycle_shutdown_ends_the_process(tmp_path, ros_env):
+    with NodeProcess(ros_env, tmp_path, BURST) as node, Probe() as probe:
+        probe.wait_active(node)
+        probe.wait_for_image_subscriber()
+        for msg in good_images(4):
+            probe.publish_image(msg)
+        probe.wait_until(lambda: len(probe.poses) >= 4, 60, "4 poses")
+        assert probe.change_state(SHUTDOWN_FROM[ACTIVE])
+        assert node.wait(30) == 0
+    assert clean(node.log()), node.log()[-3000:]
+
+
+def test_ctrl_c_twice_exits_without_a_traceback(tmp_path, ros_env):
+    with NodeProcess(ros_env, tmp_path, BURST) as node, Probe() as probe:
+        probe.wait_active(node)
+        probe.wait_for_image_subscriber()
+        for msg in good_images(6):
+            probe.publish_image(msg)
+        node.interrupt()
+        time.sleep(0.05)  # the second Ctrl-C lands during the cleanup
+        if node.poll() is None:
+            node.proc.send_signal(signal.SIGINT)
+        assert node.wait(30) == 0, node.log()[-3000:]
+    assert clean(node.log()), node.log()[-3000:]
+
+
+def test_sigterm_while_configuring_exits_cleanly(tmp_path, ros_env):
+    # A big warm-up (518-px input on the CPU) keeps configure busy for seconds.
+    with NodeProcess(ros_env, tmp_path, {"input.width": 518, "warmup": True}) as node:
+        deadline = time.monotonic() + 60
+        while "configuring:" not in node.log() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "configuring:" in node.log(), node.log()
+        node.proc.send_signal(signal.SIGTERM)
+        assert node.wait(60) == 0, node.log()[-3000:]
+        log = node.log()
+    assert clean(log), log[-3000:]
+    assert "configure failed" not in log
+
+
+def test_a_malformed_params_file_is_a_clear_error(tmp_path, ros_env):
+    params = tmp_path / "bad.yaml"
+    params.write_text("lingbot_ros:\n  ros__parameters:\n    cache.window: [unclosed\n")
+    proc = subprocess.run([sys.executable, "-m", "lingbot_ros.ros.node", "--ros-args",
+                           "--params-file", str(params)], env=ros_env, cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "cannot start" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_an_attention_backend_that_cannot_run_fails_at_configure(tmp_path, ros_env):
+    """flashinfer on a CPU machine with warm-up off used to configure fine, then fail every
+    frame: it must fail at configure, with what to use instead."""
+    with NodeProcess(ros_env, tmp_path, {"attention.backend": "flashinfer",
+                                         "warmup": False}) as node:
+        assert node.wait(60) == 1
+        log = node.log()
+    assert "configure failed" in log and "needs the KV cache on a CUDA device" in log, log
+    assert "Traceback" not in log
