@@ -163,10 +163,18 @@ def main(argv=None) -> int:
                 return 1
             time.sleep(0.2)
         stamp = 1_700_000_000 * 10**9
-        poses0 = consumers.take()[0]
-        t0 = time.monotonic()
-        stamp = publish_for(consumers, images, 60.0, 20.0, stamp)  # calibration
-        processing_hz = (consumers.take()[0] - poses0) / (time.monotonic() - t0)
+        # Until poses and diagnostics flow (discovery of the node's publishers), then 20 s
+        # at 60 Hz: the processing rate from the node's own counter.
+        while consumers.take()[0] == 0 or "processed" not in consumers.take()[2]:
+            if node.poll() is not None or time.monotonic() > deadline:
+                print(node.log()[-3000:], file=sys.stderr)
+                return 1
+            stamp = publish_for(consumers, images, 10.0, 0.5, stamp)
+        processed0, t0 = int(consumers.take()[2]["processed"]), time.monotonic()
+        stamp = publish_for(consumers, images, 60.0, 20.0, stamp)
+        time.sleep(1.0)  # a diagnostics period
+        processing_hz = ((int(consumers.take()[2]["processed"]) - processed0)
+                         / (time.monotonic() - t0))
         rate = max(2.0, 2.0 * processing_hz)
         report["processing_hz"] = processing_hz
         report["publish_hz"] = rate

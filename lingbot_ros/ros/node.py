@@ -1,7 +1,7 @@
 """lingbot_ros_node: the lifecycle node. A thin adapter: ROS in, StreamingSession, ROS out.
 
-Threads: the executor runs callbacks (image intake only enqueues; services and timers read
-snapshots), one worker thread runs the session and publishes. ``_session_lock`` serialises
+Threads: one executor thread runs the callbacks (image intake only enqueues; services and
+timers read snapshots), one worker thread runs the session and publishes. ``_session_lock`` serialises
 the worker's frame with reset/cleanup, so a reset waits for the frame in flight, and only
 for it: while a reset waits, the worker takes no next frame (``_no_reset_waiting``; a plain
 lock would let the worker take it back for every queued frame under overload).
@@ -18,25 +18,26 @@ from collections import Counter
 from typing import NamedTuple, Optional
 
 import rclpy
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
-from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from lingbot_ros_interfaces.msg import TrackingStatus
 from rcl_interfaces.msg import SetParametersResult
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.task import Future
 from sensor_msgs.msg import CameraInfo
-from lingbot_ros_interfaces.msg import TrackingStatus
 from std_msgs.msg import Header
 
 from ..session import (FrameRejected, LatencyWindow, StreamingSession, load_session_model,
                        warm_up)
 from . import params
 from .convert import ImageLimits, ImageRejected, compressed_to_array, image_to_array
+from .frame_queue import FrameQueue
 from .messages import ns_to_stamp, stamp_to_ns
 from .outputs import Outputs
 from .services import Services
 from .status import Status
 from .tf_lookup import make_tf_lookup
+from .topics import image_subscription
 
 NODE_NAME = "lingbot_ros"
 
@@ -78,7 +79,6 @@ class LingbotNode(LifecycleNode):
         self._service_handles: Optional[Services] = None
         self._status: Optional[Status] = None
         self._subs: list = []
-        self._io_group = MutuallyExclusiveCallbackGroup()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -136,20 +136,17 @@ class LingbotNode(LifecycleNode):
             tf_lookup = make_tf_lookup(self)
             if tf_lookup is None:
                 return TransitionCallbackReturn.FAILURE
-        from .frame_queue import FrameQueue
         self._queue = FrameQueue(cfg.queue_size)
         self._outputs = Outputs(self, cfg, tf_lookup)
         self._status = Status(self)
         qos = QoSProfile(depth=cfg.image_qos_depth, reliability=(
             ReliabilityPolicy.BEST_EFFORT if cfg.image_qos == "sensor_data"
             else ReliabilityPolicy.RELIABLE))
-        from .topics import image_subscription  # remaps applied before '/compressed'
-        topic, msg_type = image_subscription(self, cfg)
+        topic, msg_type = image_subscription(self, cfg)  # remaps applied before /compressed
         self._subs = [
-            self.create_subscription(msg_type, topic, self._on_image, qos,
-                                     callback_group=self._io_group),
+            self.create_subscription(msg_type, topic, self._on_image, qos),
             self.create_subscription(CameraInfo, cfg.camera_info_topic, self._on_camera_info,
-                                     qos_profile_sensor_data, callback_group=self._io_group)]
+                                     qos_profile_sensor_data)]
         self._stop.clear()
         self._worker = threading.Thread(target=self._work, name="lingbot_worker", daemon=True)
         self._worker.start()
@@ -353,7 +350,12 @@ def main(args=None) -> int:
               file=sys.stderr)
         rclpy.try_shutdown()
         return 2
-    executor = MultiThreadedExecutor(num_threads=4)
+    # One executor thread. rclpy's MultiThreadedExecutor re-yields a subscription whose
+    # message a pool thread has not taken yet, rebuilding its wait set in Python each time: at
+    # 60 Hz input it held a core and the GIL, and the worker got 2-5 frames/s where it
+    # computes 25-30. Every callback here is short; a reset waits at most for the frame in
+    # flight, and intake waits in DDS meanwhile.
+    executor = SingleThreadedExecutor()
     executor.add_node(node)
     interrupted = False
     try:
