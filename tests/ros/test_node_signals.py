@@ -53,12 +53,17 @@ def test_parameters_can_be_set_while_unconfigured_and_apply_at_configure(tmp_pat
 BURST = {"qos.image": "reliable", "queue_size": 10}  # a burst of images, none dropped
 
 
+def send_images(node, probe, count: int) -> None:
+    """Once the node is active and subscribed, publish ``count`` images at once."""
+    probe.wait_active(node)
+    probe.wait_for_image_subscriber()
+    for msg in good_images(count):
+        probe.publish_image(msg)
+
+
 def test_a_lifecycle_shutdown_ends_the_process(tmp_path, ros_env):
     with NodeProcess(ros_env, tmp_path, BURST) as node, Probe() as probe:
-        probe.wait_active(node)
-        probe.wait_for_image_subscriber()
-        for msg in good_images(4):
-            probe.publish_image(msg)
+        send_images(node, probe, 4)
         probe.wait_until(lambda: len(probe.poses) >= 4, 60, "4 poses")
         assert probe.change_state(SHUTDOWN_FROM[ACTIVE])
         assert node.wait(30) == 0
@@ -67,10 +72,7 @@ def test_a_lifecycle_shutdown_ends_the_process(tmp_path, ros_env):
 
 def test_ctrl_c_twice_exits_without_a_traceback(tmp_path, ros_env):
     with NodeProcess(ros_env, tmp_path, BURST) as node, Probe() as probe:
-        probe.wait_active(node)
-        probe.wait_for_image_subscriber()
-        for msg in good_images(6):
-            probe.publish_image(msg)
+        send_images(node, probe, 6)
         node.interrupt()
         time.sleep(0.05)  # the second Ctrl-C lands during the cleanup
         if node.poll() is None:
