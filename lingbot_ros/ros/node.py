@@ -319,11 +319,15 @@ class LingbotNode(LifecycleNode):
         """Clear session, queue and path; waits for the frame in flight (if any).
 
         Returns what was done, or None when there is no session (unconfigured)."""
+        t0 = time.monotonic()
         self._no_reset_waiting.clear()
         try:
-            return self._reset_locked()
+            message = self._reset_locked()
         finally:
             self._no_reset_waiting.set()
+        if message is None:
+            return None
+        return f"{message} in {(time.monotonic() - t0) * 1e3:.1f} ms"
 
     def _reset_locked(self) -> Optional[str]:
         with self._session_lock:
