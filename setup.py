@@ -16,13 +16,14 @@ setup(
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
-        (f"share/{PACKAGE}/config", glob("config/*.yaml")),
+        (f"share/{PACKAGE}/config", glob("config/*.yaml") + glob("config/*.rviz")),
         (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
         (f"share/{PACKAGE}/msg", glob("msg/*.msg")),
         (f"share/{PACKAGE}/srv", glob("srv/*.srv")),
     ],
     # torch is not pinned here: robots bring their own CUDA build; the Makefile installs the
-    # CPU build for development and CI before this package.
+    # CPU build for development and CI before this package. requirements.txt lists what a
+    # ROS install's rosdep cannot provide, with these same bounds (tests/test_package_deps.py).
     install_requires=[
         "setuptools", "numpy", "pyyaml", "safetensors>=0.4", "torch>=2.4",
         "opencv-python-headless>=4.8",  # video, compressed images, image folders

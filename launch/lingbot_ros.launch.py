@@ -2,45 +2,137 @@
 
     ros2 launch lingbot_ros lingbot_ros.launch.py image_topic:=/camera/image_raw \
         checkpoint:=/path/lingbot-map.pt [params_file:=my.yaml] [use_sim_time:=true] \
-        [namespace:=cam0] [use_compressed:=true]
+        [namespace:=cam0] [use_compressed:=true] [camera_info_topic:=/camera/camera_info] \
+        [device:=cuda] [autostart:=false] [base_frame:=base_link | bare_camera:=true] \
+        [use_rviz:=true]
+
+Arguments left empty (the default of checkpoint, use_compressed, device, autostart,
+base_frame) keep the params file's value; the others are always applied.
 
 ``image_topic`` remaps the node's ``image`` input. With ``use_compressed:=true`` (or
 ``topics.use_compressed: true`` in the params file) the node subscribes to
 ``<image_topic>/compressed`` (sensor_msgs/CompressedImage): it resolves ``image`` with this
-remap first and appends ``/compressed`` (lingbot_ros/ros/topics.py). ``use_compressed`` left
-empty (the default) keeps the params file's value.
+remap first and appends ``/compressed`` (lingbot_ros/ros/topics.py). ``camera_info`` is
+remapped beside the image, as image_transport names it: ``/camera/image_raw`` ->
+``/camera/camera_info``; ``camera_info_topic`` overrides that when not empty.
+
+``base_frame`` sets ``frames.base``. An empty value cannot be passed (empty means "the params
+file's"), so ``bare_camera:=true`` sets ``frames.base`` to "": the camera is the base
+(camera-only mode).
+
+``use_rviz:=true`` also starts rviz2 with the installed ``config/lingbot_ros.rviz``. rviz2 is
+not a dependency of this package (a robot needs no GUI): install it (ros-kilted-rviz2) on the
+machine that shows it. Under a ``namespace`` the config's ``/lingbot_ros/...`` topics are
+remapped to ``/<namespace>/lingbot_ros/...``.
 """
+import re
+
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
-from launch_ros.actions import LifecycleNode
-from launch_ros.descriptions import ParameterValue
+from launch_ros.actions import LifecycleNode, Node
 from launch_ros.substitutions import FindPackageShare
 
+NODE_NAME = "lingbot_ros"
 BOOLEANS = {"true": True, "false": False}
+DEVICE = re.compile(r"cpu|cuda|cuda:\d+")
+# The node's topics shown by config/lingbot_ros.rviz (relative to the node: ~/<name>).
+RVIZ_TOPICS = ("path", "pose", "map_points", "depth", "odometry")
 
 
-def _node(context, *args, **kwargs):
-    overrides = {"checkpoint": LaunchConfiguration("checkpoint"),
-                 "use_sim_time": ParameterValue(LaunchConfiguration("use_sim_time"),
-                                                value_type=bool)}
-    use_compressed = LaunchConfiguration("use_compressed").perform(context).strip().lower()
-    if use_compressed:  # else the params file decides
-        if use_compressed not in BOOLEANS:
-            raise ValueError(f"use_compressed must be true, false or empty, got "
-                             f"{use_compressed!r}")
-        overrides["topics.use_compressed"] = BOOLEANS[use_compressed]
-    return [LifecycleNode(
+def _value(context, name: str) -> str:
+    return LaunchConfiguration(name).perform(context).strip()
+
+
+def _boolean(context, name: str, allow_empty: bool = False):
+    """The argument as True/False; None when empty and ``allow_empty``. Else ValueError."""
+    value = _value(context, name).lower()
+    if value == "" and allow_empty:
+        return None
+    if value not in BOOLEANS:
+        allowed = "true, false or empty" if allow_empty else "true or false"
+        raise ValueError(f"launch argument {name} must be {allowed}, got {value!r}")
+    return BOOLEANS[value]
+
+
+def camera_info_topic(image_topic: str) -> str:
+    """The camera_info topic beside an image topic (image_transport's convention):
+    ``/camera/image_raw`` -> ``/camera/camera_info``, ``image`` -> ``camera_info``."""
+    topic = image_topic.rstrip("/")
+    if not topic:
+        raise ValueError("launch argument image_topic must not be empty")
+    parent, sep, _ = topic.rpartition("/")
+    return f"{parent}{sep}camera_info"
+
+
+def _overrides(context) -> dict:
+    """Parameters that the arguments set over the params file's."""
+    overrides = {"use_sim_time": _boolean(context, "use_sim_time")}
+    checkpoint = _value(context, "checkpoint")
+    if checkpoint:
+        overrides["checkpoint"] = checkpoint
+    use_compressed = _boolean(context, "use_compressed", allow_empty=True)
+    if use_compressed is not None:
+        overrides["topics.use_compressed"] = use_compressed
+    autostart = _boolean(context, "autostart", allow_empty=True)
+    if autostart is not None:
+        overrides["autostart"] = autostart
+    device = _value(context, "device").lower()
+    if device:
+        if not DEVICE.fullmatch(device):
+            raise ValueError(f"launch argument device must be cpu, cuda, cuda:N or empty, "
+                             f"got {device!r}")
+        overrides["device"] = device
+    base_frame = _value(context, "base_frame")
+    if _boolean(context, "bare_camera"):
+        if base_frame:
+            raise ValueError(f"launch arguments bare_camera:=true and base_frame:={base_frame} "
+                             f"contradict each other: give one")
+        overrides["frames.base"] = ""
+    elif base_frame:
+        overrides["frames.base"] = base_frame
+    return overrides
+
+
+def _remappings(context) -> list:
+    image_topic = _value(context, "image_topic")
+    info_topic = _value(context, "camera_info_topic") or camera_info_topic(image_topic)
+    # 'image' is resolved with this rule before '/compressed' is appended, so the
+    # compressed input follows it too: <image_topic>/compressed.
+    return [("image", image_topic), ("camera_info", info_topic)]
+
+
+def _rviz(context, share) -> Node:
+    namespace = _value(context, "namespace").strip("/")
+    remappings = []
+    if namespace:  # the config names the un-namespaced topics
+        remappings = [(f"/{NODE_NAME}/{t}", f"/{namespace}/{NODE_NAME}/{t}")
+                      for t in RVIZ_TOPICS]
+    return Node(
+        package="rviz2",
+        executable="rviz2",
+        name="rviz2",
+        arguments=["-d", PathJoinSubstitution([share, "config", "lingbot_ros.rviz"])],
+        parameters=[{"use_sim_time": _boolean(context, "use_sim_time")}],
+        remappings=remappings,
+        output="screen",
+    )
+
+
+def _actions(context, *args, **kwargs):
+    share = FindPackageShare("lingbot_ros")
+    actions = [LifecycleNode(
         package="lingbot_ros",
         executable="lingbot_ros_node",
-        name="lingbot_ros",
+        name=NODE_NAME,
         namespace=LaunchConfiguration("namespace"),
-        parameters=[LaunchConfiguration("params_file"), overrides],
-        # 'image' is resolved with this rule before '/compressed' is appended, so the
-        # compressed input follows it too: <image_topic>/compressed.
-        remappings=[("image", LaunchConfiguration("image_topic"))],
+        parameters=[LaunchConfiguration("params_file"), _overrides(context)],
+        remappings=_remappings(context),
         output="screen",
     )]
+    if _boolean(context, "use_rviz"):
+        actions.append(_rviz(context, share))
+    return actions
 
 
 def generate_launch_description():
@@ -48,21 +140,42 @@ def generate_launch_description():
         [FindPackageShare("lingbot_ros"), "config", "lingbot_ros.yaml"])
     args = [
         DeclareLaunchArgument("checkpoint", default_value="",
-                              description="LingBot-Map weights (.pt/.safetensors); empty = "
-                                          "random weights (poses meaningless)"),
+                              description="LingBot-Map weights (.pt/.safetensors); empty: the "
+                                          "params file's checkpoint (the installed file's is "
+                                          "empty: random weights, poses meaningless)"),
         DeclareLaunchArgument("params_file", default_value=default_params,
                               description="parameters file (every parameter documented)"),
         DeclareLaunchArgument("image_topic", default_value="/camera/image_raw",
                               description="image input topic: sensor_msgs/Image, or with "
                                           "compressed input <image_topic>/compressed"),
+        DeclareLaunchArgument("camera_info_topic", default_value="",
+                              description="camera_info input topic; empty: beside "
+                                          "image_topic (/camera/image_raw -> "
+                                          "/camera/camera_info)"),
         DeclareLaunchArgument("use_compressed", default_value="",
                               description="true: subscribe to <image_topic>/compressed "
                                           "(sensor_msgs/CompressedImage); false: "
                                           "<image_topic> (sensor_msgs/Image); empty: as "
                                           "topics.use_compressed in params_file"),
+        DeclareLaunchArgument("device", default_value="",
+                              description="cpu, cuda or cuda:N; empty: the params file's "
+                                          "device"),
+        DeclareLaunchArgument("autostart", default_value="",
+                              description="true: configure and activate on start; false: "
+                                          "wait for lifecycle transitions; empty: the params "
+                                          "file's autostart"),
+        DeclareLaunchArgument("base_frame", default_value="",
+                              description="robot base frame (frames.base); empty: the params "
+                                          "file's (use bare_camera:=true for none)"),
+        DeclareLaunchArgument("bare_camera", default_value="false",
+                              description="true: frames.base is empty, the camera is the "
+                                          "base (camera-only mode); not with base_frame"),
         DeclareLaunchArgument("use_sim_time", default_value="false",
                               description="use /clock (bag replay)"),
         DeclareLaunchArgument("namespace", default_value="",
                               description="namespace of the node and its topics"),
+        DeclareLaunchArgument("use_rviz", default_value="false",
+                              description="true: also start rviz2 with config/lingbot_ros.rviz "
+                                          "(rviz2 must be installed: ros-kilted-rviz2)"),
     ]
-    return LaunchDescription(args + [OpaqueFunction(function=_node)])
+    return LaunchDescription(args + [OpaqueFunction(function=_actions)])

@@ -144,7 +144,8 @@ def main(argv=None) -> int:
 
     # The node tests' tiny configuration (tests/ros/node_harness.py): tens of ms a frame.
     params = {"model.preset": "tiny", "device": "cpu", "input.width": args.width,
-              "session.num_scale_frames": 2, "cache.window": 4, "warmup": True}
+              "session.num_scale_frames": 2, "cache.window": 4, "warmup": True,
+              "frames.base": "''"}  # a bare camera: no robot TF to wait for
     if args.path_rate_hz is not None:
         params["publish.path_rate_hz"] = args.path_rate_hz
     cmd = [sys.executable, "-m", "lingbot_ros.ros.node", "--ros-args"]

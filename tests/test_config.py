@@ -68,4 +68,4 @@ def test_the_choice_lists_start_with_their_default():
     assert config.FUSED_KERNEL_MODES[0] == config.SessionConfig().fused_kernels == "auto"
     assert config.KEYFRAME_POLICIES[0] == config.KeyframeConfig().policy
     assert config.IMAGE_QOS[0] == config.NodeConfig().image_qos
-    assert config.TF_MODES[0] == config.NodeConfig().tf_mode
+    assert config.NodeConfig().base_frame == "base_link" and not config.NodeConfig().camera_only

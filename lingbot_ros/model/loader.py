@@ -16,7 +16,7 @@ import pickle
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -127,7 +127,7 @@ def load_weights(model: GCTModel, source: str | Path | Mapping[str, Tensor],
     return model
 
 
-def load_model(path: str | Path, config: Optional[GCTConfig] = None,
+def load_model(path: str | Path, config: GCTConfig | Sequence[GCTConfig] | None = None,
                device: str | torch.device = "cpu", precision: str = "auto",
                trust_pickle: bool = False) -> GCTModel:
     """Build the network for a checkpoint and load it.
@@ -135,16 +135,26 @@ def load_model(path: str | Path, config: Optional[GCTConfig] = None,
     Args:
         path: ``lingbot-map.pt``, ``lingbot-map-long.pt``, ``lingbot-map-stage1.pt`` or a
             ``.safetensors`` with the same names.
-        config: architecture (default: the released one); the point head is added or
-            dropped to match the file.
+        config: architecture (default: the released one), or several candidates: the first
+            whose tensor names and shapes the file matches is built (the error names the
+            first's mismatches). The point head is added or dropped to match the file.
         device, precision: see ``GCTModel.prepare``.
     """
     state = read_state_dict(path, trust_pickle)
     has_points = any(k.startswith(POINT_HEAD_PREFIX) for k in state)
-    config = (config or GCTConfig.official()).with_point_head(has_points)
-    with torch.device("meta"):
-        model = GCTModel(config)
-    check_state_dict(model, state, source=str(path))
+    candidates = ([config] if isinstance(config, GCTConfig) else list(config or [])) or [
+        GCTConfig.official()]
+    first_error = None
+    for candidate in candidates:
+        with torch.device("meta"):  # no memory: shapes only
+            model = GCTModel(candidate.with_point_head(has_points))
+        try:
+            check_state_dict(model, state, source=str(path))
+            break
+        except CheckpointError as exc:
+            first_error = first_error or exc
+    else:
+        raise first_error
     model.load_state_dict(state, strict=True, assign=True)  # no second copy of the weights
     _init_buffers(model)
     return model.prepare(device, precision)

@@ -53,5 +53,9 @@ def build_model(preset: str = "tiny", checkpoint: Optional[str] = None, device: 
     Returns ``(model, random_weights)``; callers must say loudly when ``random_weights``.
     """
     if checkpoint:
-        return load_model(checkpoint, device=device, precision=precision), False
+        # The file's tensor shapes pick the architecture: the release's, else the preset's
+        # (the embedded tiny network's weights, e.g. the golden fixture, load too).
+        candidates = [GCTConfig.official()] + ([preset_config(preset)] if preset != "official"
+                                               else [])
+        return load_model(checkpoint, candidates, device=device, precision=precision), False
     return random_model(preset_config(preset), seed).prepare(device, precision), True

@@ -2,13 +2,16 @@
 
 1. renders a short synthetic rosbag2 (a textured room along a known camera path, ground truth
    beside it); 2. starts ``lingbot_ros_node`` in its own process (tiny preset, random weights
-   unless ``--checkpoint``, and it says so); 3. replays the bag with ``lingbot-ros-replay``;
-4. calls ``~/get_cache_info``, ``~/save_trajectory`` and ``~/reset``; 5. prints a summary.
-ROS traffic stays on this machine (loopback discovery, a random domain).
+   unless ``--checkpoint``, and it says so) on a robot: the camera sits on base_link
+   (robot_state_publisher's /tf_static, played here), so the node publishes
+   map -> odom -> base_link; 3. replays the bag with ``lingbot-ros-replay``; 4. calls
+   ``~/get_cache_info``, ``~/save_trajectory``, ``~/save_map`` and ``~/reset``; 5. prints a
+summary. ROS traffic stays on this machine (loopback discovery, a random domain).
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import signal
@@ -21,6 +24,35 @@ TINY = ["-p", "model.preset:=tiny", "-p", "input.width:=112", "-p",
         "session.num_scale_frames:=4", "-p", "cache.window:=16", "-p",
         "session.rollover_keyframes:=24", "-p", "keyframes.policy:=every_n", "-p",
         "keyframes.n:=2"]
+
+
+# The demo robot: the camera 0.2 m ahead of base_link and 0.5 m up, looking 10 deg down
+# (no lever arm along the view: the ground truth is the camera's path).
+CAMERA_HEIGHT_M, CAMERA_PITCH_DEG = 0.5, 10.0
+
+
+def robot_camera_in_base():
+    """4x4 pose of camera_optical_frame in base_link."""
+    import numpy as np
+    from ..session import T_BODY_OPTICAL
+    a = math.radians(CAMERA_PITCH_DEG)
+    T = np.eye(4)
+    T[:3, :3] = [[math.cos(a), 0.0, math.sin(a)], [0.0, 1.0, 0.0],
+                 [-math.sin(a), 0.0, math.cos(a)]]  # pitch down about y
+    T[:3, 3] = [0.2, 0.0, CAMERA_HEIGHT_M]
+    return T @ T_BODY_OPTICAL
+
+
+def _static_tf() -> list:
+    from geometry_msgs.msg import TransformStamped
+    from ..session import matrix_to_tq
+    t, q = matrix_to_tq(robot_camera_in_base()[None])
+    msg = TransformStamped(child_frame_id="camera_optical_frame")
+    msg.header.frame_id = "base_link"
+    tr, rot = msg.transform.translation, msg.transform.rotation
+    tr.x, tr.y, tr.z = (float(v) for v in t[0])
+    rot.x, rot.y, rot.z, rot.w = (float(v) for v in q[0])
+    return [msg]
 
 
 def _ros_env() -> dict:
@@ -48,12 +80,12 @@ def main(argv=None) -> int:
     print(f"[demo] bag {bag.path}, ground truth {bag.gt_path}")
     node_args = [sys.executable, "-m", "lingbot_ros.ros.node", "--ros-args",
                  "-r", "image:=/camera/image_raw", "-p", "qos.image:=reliable",
-                 "-p", f"device:={args.device}"]
+                 "-p", f"device:={args.device}", "-p", "publish.map_points:=true"]
     node_args += (["-p", f"checkpoint:={args.checkpoint}"] if args.checkpoint else TINY)
     node = subprocess.Popen(node_args, env=os.environ.copy())
     from .probe import Probe
     try:
-        with Probe() as probe:
+        with Probe(static_tf=_static_tf()) as probe:
             if not probe.wait_for_services(timeout=120):
                 print("[demo] the node did not come up (see its log above)", file=sys.stderr)
                 return 1
@@ -66,11 +98,12 @@ def main(argv=None) -> int:
             wall = (probe.last_pose_time or time.monotonic()) - t0
             info = probe.cache_info()
             saved = probe.save_trajectory(str(out / "trajectory.tum"))
+            saved_map = probe.save_map(str(out / "map.ply"))
             status = probe.last_status
             reset = probe.reset()
             after = probe.cache_info()
-        _summary(args, bag, status, probe.num_poses, wall, info, saved, reset, after,
-                 replay.returncode)
+        _summary(args, bag, status, probe.num_poses, wall, info, saved, saved_map, reset,
+                 after, replay.returncode)
     finally:
         node.send_signal(signal.SIGINT)
         try:
@@ -80,7 +113,8 @@ def main(argv=None) -> int:
     return 0
 
 
-def _summary(args, bag, status, num_poses, wall, info, saved, reset, after, replay_rc) -> None:
+def _summary(args, bag, status, num_poses, wall, info, saved, saved_map, reset, after,
+             replay_rc) -> None:
     print("\n========== lingbot_ros demo summary ==========")
     print(f"bag frames published     {bag.frames} (replay exit {replay_rc})")
     if status is not None:
@@ -95,7 +129,10 @@ def _summary(args, bag, status, num_poses, wall, info, saved, reset, after, repl
               f"+ window {i.window_frames}), {i.special_frames} frames of specials, "
               f"{i.bytes_used / 2**20:.1f} / {i.bytes_reserved / 2**20:.1f} MiB, "
               f"{i.frames_committed} keyframes, {i.frames_rolled_back} rolled back")
+    print("TF                       map -> odom -> base_link (the node) -> "
+          "camera_optical_frame (/tf_static, the robot)")
     print(f"save_trajectory          {saved.message if saved else 'no answer'}")
+    print(f"save_map                 {saved_map.message if saved_map else 'no answer'}")
     if saved is not None and saved.success:
         print("ATE vs ground truth      " + _ape(saved, bag, args.checkpoint))
     print(f"reset                    {reset.message if reset else 'no answer'}")
@@ -113,10 +150,12 @@ def _ape(saved, bag, checkpoint) -> str:
     est_s, est = read_tum(saved.message.split(" to ")[-1])
     gt_s, gt = read_tum(bag.gt_path)
     common = sorted(set(est_s.tolist()) & set(gt_s.tolist()))
-    e = {s: p for s, p in zip(est_s.tolist(), est)}
+    # The node's TUM holds base_link in map: the camera is base_link's camera extrinsic on.
+    camera = robot_camera_in_base()
+    e = {s: p @ camera for s, p in zip(est_s.tolist(), est)}
     g = {s: p for s, p in zip(gt_s.tolist(), gt)}
-    # the node's TUM is in the map (body) frame; the ground truth in the first optical frame:
-    # a Sim(3) alignment absorbs the fixed rotation between the two
+    # the ground truth is in the first optical frame, the estimate in map: a Sim(3)
+    # alignment absorbs the fixed transform between the two
     rmse = ate_rmse([e[s][:3, 3] for s in common], [g[s][:3, 3] for s in common])
     return f"{rmse:.4f} (Sim(3)-aligned RMSE over {len(common)} poses)"
 

@@ -16,10 +16,9 @@ def _kv(key: str, value) -> KeyValue:
 
 def build(stamp, name: str, hardware_id: str, level: int, message: str, counters: dict,
           rates: dict, latency_ms: dict, compute_ms: dict, session_info: Optional[dict],
-          gpu: Optional[dict], topic: str, calibrated_fx: Optional[float],
-          predicted_fx: Optional[float]) -> DiagnosticArray:
+          gpu: Optional[dict], topic: str, extra: dict) -> DiagnosticArray:
     """The status and its key/values; ``level`` (0 OK, 1 WARN, 2 ERROR) and ``message`` come
-    from ``health.HealthMonitor``."""
+    from ``health.HealthMonitor``; ``extra``: more key/values (frames, map, camera_info)."""
     values = [_kv("input_rate_hz", rates["input"]), _kv("processed_rate_hz", rates["processed"])]
     values += [_kv(f"latency_{k}_ms", v) for k, v in latency_ms.items()
                if k in ("p50", "p99", "max") and v is not None]
@@ -45,13 +44,33 @@ def build(stamp, name: str, hardware_id: str, level: int, message: str, counters
             values.append(_kv("cache_occupancy", used / total if total else 0.0))
     if gpu:
         values += [_kv(k, v) for k, v in gpu.items()]
-    if calibrated_fx is not None:
-        values.append(_kv("camera_info_fx", calibrated_fx))
-    if predicted_fx is not None:
-        values.append(_kv("predicted_fx", predicted_fx))
+    values += [_kv(k, v) for k, v in extra.items()]
     status = DiagnosticStatus(level=LEVELS[level], name=name, message=message,
                               hardware_id=hardware_id, values=values)
     return _array(stamp, status)
+
+
+def camera_info_check(camera_info, image_hw: Optional[tuple[int, int]],
+                      predicted_fx: Optional[float]) -> dict:
+    """An incoming sensor_msgs/CameraInfo against the images and the model's prediction:
+    its size must be the images' (else it belongs to another stream or resolution), and its
+    focal length is shown beside the predicted one (their ratio: ~1 when both agree)."""
+    out: dict = {}
+    if predicted_fx is not None:
+        out["predicted_fx"] = predicted_fx
+    if camera_info is None:
+        return out
+    fx = float(camera_info.k[0])
+    out["camera_info_fx"] = fx
+    if predicted_fx is not None and fx > 0:
+        out["predicted_fx_over_camera_info_fx"] = predicted_fx / fx
+    if image_hw is not None:
+        h, w = image_hw
+        same = (camera_info.width, camera_info.height) == (w, h)
+        out["camera_info_size"] = ("matches the images" if same else
+                                   f"MISMATCH: camera_info is {camera_info.width}x"
+                                   f"{camera_info.height}, the images {w}x{h}")
+    return out
 
 
 def _array(stamp, status: DiagnosticStatus) -> DiagnosticArray:

@@ -1,7 +1,9 @@
 """HealthMonitor: the level and message of /diagnostics from what the node counted recently.
 
 Pure Python (no ROS): the Status timer feeds it the node's cumulative counters and clocks,
-and gets back ``(level, message)`` with level 0 = OK, 1 = WARN, 2 = ERROR, worst first:
+and gets back ``(level, message)`` with level 0 = OK, 1 = WARN, 2 = ERROR. A state the node
+chose or waits for (paused; waiting for the base -> camera transform) is passed as
+``override`` and wins: nothing is processed then by design. Otherwise, worst first:
 
     ERROR  the last frame failed (its error)
     ERROR  images arrive but none was processed for ``stall_timeout_s`` (and what they were
@@ -38,12 +40,15 @@ class HealthMonitor:
     def evaluate(self, now: float, counters: dict, since_last_image_s: Optional[float],
                  since_last_processed_s: Optional[float], last_error: str = "",
                  last_restart: Optional[tuple[float, str]] = None,
-                 idle_message: str = "tracking", topic: str = "") -> tuple[int, str]:
+                 idle_message: str = "tracking", topic: str = "",
+                 override: Optional[tuple[int, str]] = None) -> tuple[int, str]:
         """``since_last_processed_s``: since the last frame went through the model (None:
         never); ``last_restart``: (time, message) of the last self-restart of the stream."""
         self._samples.append((now, dict(counters)))
         while len(self._samples) > 2 and now - self._samples[1][0] >= self.window_s:
             self._samples.popleft()
+        if override is not None:
+            return override
         if last_error:
             return ERROR, f"last frame failed: {last_error}"
         images_arriving = (since_last_image_s is not None

@@ -5,10 +5,10 @@ import numpy as np
 from builtin_interfaces.msg import Time
 from geometry_msgs.msg import Pose, PoseStamped, Quaternion, TransformStamped, Vector3
 from nav_msgs.msg import Odometry
-from sensor_msgs.msg import PointCloud2, PointField
+from sensor_msgs.msg import CameraInfo, Image, PointCloud2, PointField
 from std_msgs.msg import Header
 
-from ..session import c2w_to_map, rotation_to_quaternion
+from ..session import rotation_to_quaternion
 
 _CACHE_FIELDS_INT = ("frames_seen", "frames_committed", "frames_rolled_back", "frames_cached",
                      "scale_frames", "window_frames", "special_frames", "special_tokens",
@@ -25,11 +25,6 @@ def ns_to_stamp(ns: int) -> Time:
     return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
 
 
-def camera_in_map(c2w: np.ndarray, optical: bool) -> np.ndarray:
-    """4x4 pose of the camera frame in the map (the first camera's body frame, REP-103)."""
-    return c2w_to_map(c2w, frame="optical" if optical else "body")
-
-
 def pose_of(T: np.ndarray) -> Pose:
     q = rotation_to_quaternion(T[:3, :3])  # xyzw
     pose = Pose()
@@ -42,11 +37,44 @@ def pose_stamped(T: np.ndarray, stamp: Time, frame_id: str) -> PoseStamped:
     return PoseStamped(header=Header(stamp=stamp, frame_id=frame_id), pose=pose_of(T))
 
 
-def odometry(T: np.ndarray, stamp: Time, frame_id: str, child_frame_id: str) -> Odometry:
-    """Pose only: twist and covariances are unknown and left at zero."""
+def odometry(T: np.ndarray, stamp: Time, frame_id: str, child_frame_id: str,
+             linear: np.ndarray, angular: np.ndarray, pose_variances: tuple[float, float],
+             twist_variances: tuple[float, float]) -> Odometry:
+    """Pose in ``frame_id``; twist (``linear``, ``angular``) in ``child_frame_id``, as
+    nav_msgs/Odometry defines it. Covariances: constant diagonals, (x y z, roll pitch yaw)."""
     msg = Odometry(header=Header(stamp=stamp, frame_id=frame_id), child_frame_id=child_frame_id)
     msg.pose.pose = pose_of(T)
+    msg.pose.covariance = _diagonal6(*pose_variances)
+    msg.twist.twist.linear = Vector3(x=float(linear[0]), y=float(linear[1]), z=float(linear[2]))
+    msg.twist.twist.angular = Vector3(x=float(angular[0]), y=float(angular[1]),
+                                      z=float(angular[2]))
+    msg.twist.covariance = _diagonal6(*twist_variances)
     return msg
+
+
+def _diagonal6(first3: float, last3: float) -> np.ndarray:
+    """Row-major 6x6 covariance with ``first3`` on x y z and ``last3`` on the rotations."""
+    return np.diag([first3] * 3 + [last3] * 3).astype(np.float64).reshape(36)
+
+
+def depth_image(depth: np.ndarray, stamp: Time, frame_id: str) -> Image:
+    """(H, W) depth -> 32FC1 Image (REP-118: float metres, here the model's units; a
+    non-finite value is "no depth")."""
+    h, w = depth.shape
+    return Image(header=Header(stamp=stamp, frame_id=frame_id), height=h, width=w,
+                 encoding="32FC1", is_bigendian=0, step=4 * w,
+                 data=np.ascontiguousarray(depth, dtype="<f4").tobytes())
+
+
+def camera_info_msg(K: np.ndarray, width: int, height: int, stamp: Time,
+                    frame_id: str) -> CameraInfo:
+    """Pinhole intrinsics ``K`` (3, 3) of a ``width`` x ``height`` image, no distortion (the
+    model predicts an undistorted pinhole camera), as the projection ``P = [K | 0]``."""
+    k = [float(v) for v in np.asarray(K, float).reshape(9)]
+    return CameraInfo(header=Header(stamp=stamp, frame_id=frame_id), width=int(width),
+                      height=int(height), distortion_model="plumb_bob", d=[0.0] * 5, k=k,
+                      r=[1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0],
+                      p=k[0:3] + [0.0] + k[3:6] + [0.0] + k[6:9] + [0.0])
 
 
 def transform(T: np.ndarray, stamp: Time, parent: str, child: str) -> TransformStamped:

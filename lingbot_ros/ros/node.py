@@ -18,7 +18,6 @@ from collections import Counter
 from typing import NamedTuple, Optional
 
 import rclpy
-from lingbot_ros_interfaces.msg import TrackingStatus
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
@@ -27,16 +26,18 @@ from rclpy.task import Future
 from sensor_msgs.msg import CameraInfo
 from std_msgs.msg import Header
 
-from ..session import (FrameRejected, LatencyWindow, StreamingSession, load_session_model,
-                       warm_up)
+from ..session import (FrameFailed, FrameRejected, LatencyWindow, StreamingSession,
+                       load_session_model, warm_up)
 from . import params
 from .convert import ImageLimits, ImageRejected, compressed_to_array, image_to_array
 from .frame_queue import FrameQueue
 from .messages import ns_to_stamp, stamp_to_ns
 from .outputs import Outputs
+from .robot_frames import RobotFrames, extrinsic_summary, tf_tree_mode
 from .services import Services
 from .status import Status
-from .tf_lookup import make_tf_lookup
+from .tf_listener import TfListener
+from .tf_tree import TransformTree
 from .topics import image_subscription
 
 NODE_NAME = "lingbot_ros"
@@ -71,6 +72,11 @@ class LingbotNode(LifecycleNode):
         self._restart_note = ""
         self.camera_info: Optional[CameraInfo] = None
         self.last_fx: Optional[float] = None
+        self.last_input_hw: Optional[tuple[int, int]] = None  # of the last processed image
+        self.paused = False  # ~/pause: images are dropped (counted) while set
+        self.robot_frames: Optional[RobotFrames] = None  # the TF chain; while active
+        self._tf_listener: Optional[TfListener] = None
+        self._last_tf_warning = -math.inf
         self._last_reject_warning: dict[str, float] = {}  # reason -> time.monotonic()
         self._queue = None
         self._worker: Optional[threading.Thread] = None
@@ -131,13 +137,14 @@ class LingbotNode(LifecycleNode):
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Publishers, subscriptions, timers and the worker thread."""
         cfg = self.settings.node
-        tf_lookup = None
-        if cfg.tf_mode == "map_to_odom":
-            tf_lookup = make_tf_lookup(self)
-            if tf_lookup is None:
-                return TransitionCallbackReturn.FAILURE
+        # Our own TF buffer (tf2_ros has no pip wheels): base -> camera, another odom.
+        tree = None
+        if not cfg.camera_only or (cfg.publish_map_to_odom and not cfg.publish_odom_to_base):
+            tree = TransformTree()
+            self._tf_listener = TfListener(self, tree)
+        self.robot_frames = RobotFrames(cfg, tree)
         self._queue = FrameQueue(cfg.queue_size)
-        self._outputs = Outputs(self, cfg, tf_lookup)
+        self._outputs = Outputs(self, cfg, tree)
         self._status = Status(self)
         qos = QoSProfile(depth=cfg.image_qos_depth, reliability=(
             ReliabilityPolicy.BEST_EFFORT if cfg.image_qos == "sensor_data"
@@ -150,7 +157,8 @@ class LingbotNode(LifecycleNode):
         self._stop.clear()
         self._worker = threading.Thread(target=self._work, name="lingbot_worker", daemon=True)
         self._worker.start()
-        self.get_logger().info(f"active: listening on {self.resolve_topic_name(topic)}")
+        self.get_logger().info(f"active: listening on {self.resolve_topic_name(topic)}; TF: "
+                               f"{tf_tree_mode(cfg)}")
         return super().on_activate(state)
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -207,6 +215,9 @@ class LingbotNode(LifecycleNode):
         if self._outputs is not None:
             self._outputs.destroy()
             self._outputs = None
+        if self._tf_listener is not None:
+            self._tf_listener.destroy()
+            self._tf_listener = None
 
     def _release(self, keep_services: bool = False) -> None:
         """Free the session, caches and model (GPU memory included); remove the services
@@ -230,6 +241,12 @@ class LingbotNode(LifecycleNode):
         """Only enqueue: never touches the model or the GPU."""
         self.counters["received"] += 1
         self.last_image_time = time.monotonic()
+        if self.paused:
+            self.counters["dropped_paused"] += 1
+            status = self._status
+            if status is not None:
+                status.paused(msg.header, "paused by ~/pause: this image was dropped")
+            return
         if self._queue.put(_Queued(msg, self.last_image_time, self._generation)):
             self.counters["dropped_queue_full"] += 1
 
@@ -259,8 +276,20 @@ class LingbotNode(LifecycleNode):
     def _process(self, item: _Queued) -> None:
         cfg = self.settings.node
         msg = item.msg
-        limits = ImageLimits(max_pixels=cfg.max_image_pixels)
         stamp_ns = stamp_to_ns(msg.header.stamp)
+        chain = self.robot_frames.resolve(msg.header.frame_id, time.monotonic())
+        if chain is None:  # no base -> camera transform yet: nothing to publish in
+            self.counters["dropped_waiting_for_tf"] += 1
+            self._status.initializing(msg.header, f"waiting for TF {self.robot_frames.waiting_for}")
+            now = time.monotonic()
+            if now - self._last_tf_warning >= 5.0:
+                self._last_tf_warning = now
+                self.get_logger().warning(self.robot_frames.waiting_message())
+            return
+        if self.robot_frames.waiting_since is None and self._last_tf_warning > -math.inf:
+            self._last_tf_warning = -math.inf  # found after waiting: say so once
+            self.get_logger().info(f"TF found: {extrinsic_summary(chain)}")
+        limits = ImageLimits(max_pixels=cfg.max_image_pixels)
         try:
             if cfg.use_compressed:
                 array, encoding = compressed_to_array(msg, limits)
@@ -280,41 +309,78 @@ class LingbotNode(LifecycleNode):
                 self.get_logger().warning(
                     f"image at {stamp_ns} ns rejected ({exc.reason}): {exc}")
             return
-        except Exception as exc:  # CacheFullError, CUDA OOM...: keep running, say why
-            self.counters["failed"] += 1
-            self.last_error = f"{type(exc).__name__}: {exc}"
-            self.get_logger().error(f"frame at {stamp_ns} ns failed: {self.last_error}",
-                                    throttle_duration_sec=2.0)
+        except FrameFailed as exc:  # non-finite output: rolled back by the session
+            self._failed(msg.header, f"failed_{exc.reason}", exc)
+            return
+        except Exception as exc:  # CacheFullError, CUDA OOM...: rolled back; keep running
+            oom = type(exc).__name__ == "OutOfMemoryError"
+            self._failed(msg.header, "failed_out_of_memory" if oom else "failed_error", exc)
             return
         self.last_error = ""
         self.last_processed_time = time.monotonic()
         self.info_snapshot = info = self.session.info()
-        if not results and info["phase"] == "scale_frames" and (
-                self._status.state != TrackingStatus.STATE_INITIALIZING):
+        if not results and info["phase"] == "scale_frames":
             note, self._restart_note = self._restart_note, ""
             self._status.initializing(msg.header, (
-                f"collecting {info['startup_latency_frames']} anchor frames"
-                + (f"; {note}" if note else "")))
-        camera_frame = cfg.camera_frame or msg.header.frame_id or "camera_optical_frame"
+                f"collecting anchor frames: {info['scale_frames_buffered']}/"
+                f"{info['startup_latency_frames']}" + (f"; {note}" if note else "")))
         for result in results:
-            self._outputs.publish(result, camera_frame)
+            self._outputs.publish(result, chain)
             self.counters["processed"] += 1
             self.latency.add((time.monotonic() - item.received) * 1e3)
             self.last_fx = float(result.K[0, 0])
+            self.last_input_hw = result.crop.input_hw
             # The anchor phase yields several frames at once: each status has its own stamp.
             header = Header(stamp=ns_to_stamp(result.stamp_ns), frame_id=msg.header.frame_id)
             self._status.frame(result, header, self.latency.summary()["last"])
+
+    def _failed(self, header, counter: str, exc: Exception) -> None:
+        """A frame the model could not turn into a pose: counted, logged, FAILED on
+        ~/status and ERROR on /diagnostics until a frame succeeds; the node goes on."""
+        self.counters[counter] += 1
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        self.get_logger().error(f"frame at {stamp_to_ns(header.stamp)} ns failed: "
+                                f"{self.last_error}", throttle_duration_sec=2.0)
+        self._status.failed(header, self.last_error)
 
     def _report_events(self, header) -> None:
         """Log (WARN, never throttled: each is one event) and count the session's restarts."""
         for event in self.session.pop_events():
             self.counters[event.kind] += 1
+            self._outputs.restart()
             self.last_restart = (time.monotonic(), event.message)
             self._restart_note = event.message  # for the next INITIALIZING status
             self.get_logger().warning(f"{event.message} (image stamp "
                                       f"{header.stamp.sec}.{header.stamp.nanosec:09d})")
 
     # -- services' side ----------------------------------------------------------------------
+    def outputs_info(self) -> dict:
+        """The outputs' counters for diagnostics (map size, TF failures); {} when inactive."""
+        outputs = self._outputs
+        return outputs.info() if outputs is not None else {}
+
+    def save_map(self, path) -> Optional[int]:
+        """Write ~/map_points as PLY; the number of points, or None without a map."""
+        outputs = self._outputs
+        if outputs is None or outputs.map is None:
+            return None
+        return outputs.map.save(path)
+
+    def set_paused(self, paused: bool) -> str:
+        """~/pause: while paused, images are dropped (counted as dropped_paused) and ~/status
+        says PAUSED; the stream keeps its state (a long pause may restart it on max_gap_s)."""
+        if paused == self.paused:
+            return "already paused" if paused else "not paused"
+        self.paused = paused
+        if paused:
+            dropped = self._queue.clear() if self._queue is not None else 0
+            self.counters["dropped_paused"] += dropped
+            if self._status is not None:
+                self._status.paused(Header(stamp=self.get_clock().now().to_msg()),
+                                    "paused by ~/pause")
+            return f"paused: images are dropped until ~/pause false ({dropped} queued dropped)"
+        return "resumed"
+
     def reset_stream(self) -> Optional[str]:
         """Clear session, queue and path; waits for the frame in flight (if any).
 

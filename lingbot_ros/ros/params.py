@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from ..config import (ATTENTION_BACKENDS, FLASHINFER_VARIANTS, FUSED_KERNEL_MODES, IMAGE_QOS,
                       KEYFRAME_POLICIES, MAX_KV_SPLITS, PRECISIONS, STAMP_BACKWARDS_POLICIES,
-                      TF_MODES, KeyframeConfig, NodeConfig, PreprocessConfig, SessionConfig)
+                      KeyframeConfig, NodeConfig, PreprocessConfig, SessionConfig)
 from ..session import PRESETS
 
 
@@ -31,7 +31,8 @@ PARAMS: tuple[Param, ...] = (
     Param("autostart", True, "configure and activate on start (no lifecycle manager)"),
     Param("warmup", True, "run a short dummy stream at configure so frame 1 is not slow"),
     Param("checkpoint", "", "LingBot-Map weights (.pt/.safetensors); empty = random weights"),
-    Param("model.preset", "tiny", "network size without a checkpoint", choices=PRESETS),
+    Param("model.preset", "tiny", "network size without a checkpoint (with one, the file's "
+          "shapes pick the release's size or this one)", choices=PRESETS),
     Param("device", "cpu", "torch device: cpu | cuda | cuda:N"),
     Param("precision", "auto", "auto (bf16 aggregator on CUDA) | fp32 | bf16",
           choices=PRECISIONS),
@@ -72,17 +73,41 @@ PARAMS: tuple[Param, ...] = (
           choices=IMAGE_QOS),
     Param("qos.image_depth", 5, "image subscription history depth", 1, 1000),
     Param("queue_size", 2, "latest-wins frames between callback and worker", 1, 100),
-    Param("frames.map", "map", "world frame of poses, path, points and TF"),
-    Param("frames.odom", "odom", "odometry frame (tf.mode map_to_odom)"),
-    Param("frames.base", "base_link", "robot base frame (tf.mode map_to_odom)"),
+    Param("frames.map", "map", "world frame of pose, path, points and map (REP-105)"),
+    Param("frames.odom", "odom", "odometry frame: parent of the base frame"),
+    Param("frames.base", "base_link", "robot base frame, tracked in map/odom; '' = camera-only "
+          "(a bare camera: the camera frame is tracked)"),
     Param("frames.camera", "", "camera frame; empty = the image header's frame_id"),
     Param("frames.camera_is_optical", True, "the camera frame has optical axes"),
-    Param("tf.mode", "map_to_camera", "map_to_camera | map_to_odom | none",
-          choices=TF_MODES),
+    Param("tf.publish_map_to_odom", True, "publish map -> odom (identity, or the correction "
+          "of another node's odom -> base when tf.publish_odom_to_base is false)"),
+    Param("tf.publish_odom_to_base", True, "publish odom -> base (this node is the odometry "
+          "source)"),
+    Param("tf.wait_for_extrinsic_s", 10.0, "the base -> camera transform missing this long "
+          "after the first image: diagnostics ERROR (the node keeps waiting)", 0.1, 3600.0),
+    Param("odometry.position_variance", 1e-2, "~/odometry pose covariance diagonal, x y z "
+          "(model units squared)", 0.0, 1e6),
+    Param("odometry.orientation_variance", 1e-3, "~/odometry pose covariance diagonal, roll "
+          "pitch yaw (rad^2)", 0.0, 1e6),
+    Param("odometry.linear_velocity_variance", 1e-1, "~/odometry twist covariance diagonal, "
+          "linear ((model units/s)^2)", 0.0, 1e6),
+    Param("odometry.angular_velocity_variance", 1e-2, "~/odometry twist covariance diagonal, "
+          "angular ((rad/s)^2)", 0.0, 1e6),
     Param("publish.points", False, "publish keyframe points on ~/points"),
     Param("publish.points_rate_hz", 1.0, "max point cloud rate", 0.01, 100.0),
-    Param("publish.points_stride", 4, "pixel stride of the points", 1, 64),
+    Param("publish.points_stride", 4, "pixel stride of the points (~/points and the map)", 1,
+          64),
     Param("publish.points_min_conf", 1.5, "minimum depth confidence of a point", 1.0, 1e6),
+    Param("publish.depth_rate_hz", 10.0, "~/depth and ~/depth/camera_info at most this often; "
+          "0 = off", 0.0, 1000.0),
+    Param("publish.map_points", False, "accumulate keyframe points into ~/map_points "
+          "(voxel map; ~/save_map writes it)"),
+    Param("map.rate_hz", 1.0, "keyframes added to the map, and the map published, at most "
+          "this often", 0.01, 100.0),
+    Param("map.voxel_size", 0.05, "map voxel edge (model units); doubles when the map is "
+          "full", 1e-4, 1e3),
+    Param("map.max_points", 1_000_000, "memory bound of the map (16 bytes a point)", 1,
+          100_000_000),
     Param("publish.path_max_poses", 10_000, "poses kept in ~/path; 0 = all", 0, 10_000_000),
     Param("publish.cache_info_rate_hz", 1.0, "~/cache_info rate", 0.01, 100.0),
     Param("publish.diagnostics_rate_hz", 1.0, "/diagnostics rate", 0.01, 100.0),
@@ -110,6 +135,13 @@ _FIELD_PARAMS = {
     "fused_kernels": "attention.fused_kernels", "image_topic": "topics.image",
     "camera_info_topic": "topics.camera_info", "map_frame": "frames.map",
     "odom_frame": "frames.odom", "base_frame": "frames.base", "image_qos_depth": "qos.image_depth",
+    "wait_for_extrinsic_s": "tf.wait_for_extrinsic_s",
+    "odom_position_var": "odometry.position_variance",
+    "odom_orientation_var": "odometry.orientation_variance",
+    "odom_linear_var": "odometry.linear_velocity_variance",
+    "odom_angular_var": "odometry.angular_velocity_variance",
+    "depth_rate_hz": "publish.depth_rate_hz", "map_rate_hz": "map.rate_hz",
+    "map_voxel_size": "map.voxel_size", "map_max_points": "map.max_points",
     "queue_size": "queue_size", "points_stride": "publish.points_stride",
     "max_image_pixels": "max_image_pixels", "path_max_poses": "publish.path_max_poses",
     "points_rate_hz": "publish.points_rate_hz", "cache_info_rate_hz": "publish.cache_info_rate_hz",
@@ -164,7 +196,7 @@ def build_settings(values: dict) -> Settings:
                                      max_gap=v["keyframes.max_gap"]),
             preprocess=PreprocessConfig(width=v["input.width"],
                                         height=v["input.height"] or None),
-            with_depth=v["session.with_depth"], return_depth=v["publish.points"],
+            with_depth=v["session.with_depth"], return_depth=node_outputs_depth(v),
             attention_backend=v["attention.backend"],
             flashinfer_variant=v["attention.flashinfer_variant"],
             cuda_graphs=v["attention.cuda_graphs"], kv_splits=v["attention.kv_splits"],
@@ -178,7 +210,16 @@ def build_settings(values: dict) -> Settings:
             image_qos_depth=v["qos.image_depth"], queue_size=v["queue_size"],
             map_frame=v["frames.map"], odom_frame=v["frames.odom"], base_frame=v["frames.base"],
             camera_frame=v["frames.camera"], camera_is_optical=v["frames.camera_is_optical"],
-            tf_mode=v["tf.mode"], publish_points=v["publish.points"],
+            publish_map_to_odom=v["tf.publish_map_to_odom"],
+            publish_odom_to_base=v["tf.publish_odom_to_base"],
+            wait_for_extrinsic_s=float(v["tf.wait_for_extrinsic_s"]),
+            odom_position_var=float(v["odometry.position_variance"]),
+            odom_orientation_var=float(v["odometry.orientation_variance"]),
+            odom_linear_var=float(v["odometry.linear_velocity_variance"]),
+            odom_angular_var=float(v["odometry.angular_velocity_variance"]),
+            depth_rate_hz=float(v["publish.depth_rate_hz"]), map_points=v["publish.map_points"],
+            map_rate_hz=float(v["map.rate_hz"]), map_voxel_size=float(v["map.voxel_size"]),
+            map_max_points=v["map.max_points"], publish_points=v["publish.points"],
             points_rate_hz=float(v["publish.points_rate_hz"]),
             points_stride=v["publish.points_stride"],
             points_min_conf=float(v["publish.points_min_conf"]),
@@ -196,6 +237,12 @@ def build_settings(values: dict) -> Settings:
             from exc
     return Settings(session, node, v["checkpoint"], v["model.preset"], v["precision"],
                     v["autostart"], v["warmup"])
+
+
+def node_outputs_depth(v: dict) -> bool:
+    """Some output reads the depth map, so the session must return it (NodeConfig.needs_depth,
+    before the NodeConfig exists)."""
+    return bool(v["publish.points"] or v["publish.depth_rate_hz"] > 0 or v["publish.map_points"])
 
 
 def declare(node) -> list[str]:

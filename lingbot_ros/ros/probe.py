@@ -1,4 +1,8 @@
-"""Probe: a small client of a running lingbot_ros node (outputs + services), for the demo."""
+"""Probe: a small client of a running lingbot_ros node (outputs + services), for the demo.
+
+It can also play the robot around the node: ``static_tf`` is published on /tf_static
+(reliable, transient local), as robot_state_publisher does.
+"""
 from __future__ import annotations
 
 import time
@@ -6,15 +10,19 @@ from typing import Optional
 
 from geometry_msgs.msg import PoseStamped
 from lingbot_ros_interfaces.msg import TrackingStatus
-from lingbot_ros_interfaces.srv import GetCacheInfo, SaveTrajectory
+from lingbot_ros_interfaces.srv import GetCacheInfo, SaveMap, SaveTrajectory
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_srvs.srv import Trigger
+from tf2_msgs.msg import TFMessage
 
 from .background_node import BackgroundNode
 
 
 class Probe(BackgroundNode):
-    def __init__(self, node_name: str = "/lingbot_ros") -> None:
+    def __init__(self, node_name: str = "/lingbot_ros", static_tf: Optional[list] = None) -> None:
+        """``static_tf``: TransformStamped messages to latch on /tf_static."""
         super().__init__("lingbot_ros_probe")
+        self._static_tf = static_tf or []
         self._ns = node_name.rstrip("/")
         self.num_poses = 0
         self.first_pose_time: Optional[float] = None  # time.monotonic() of the first/last pose
@@ -28,7 +36,13 @@ class Probe(BackgroundNode):
         self._clients = {
             "reset": node.create_client(Trigger, f"{self._ns}/reset"),
             "info": node.create_client(GetCacheInfo, f"{self._ns}/get_cache_info"),
-            "save": node.create_client(SaveTrajectory, f"{self._ns}/save_trajectory")}
+            "save": node.create_client(SaveTrajectory, f"{self._ns}/save_trajectory"),
+            "save_map": node.create_client(SaveMap, f"{self._ns}/save_map")}
+        if self._static_tf:
+            latched = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
+                                 durability=DurabilityPolicy.TRANSIENT_LOCAL)
+            self._static_pub = node.create_publisher(TFMessage, "/tf_static", latched)
+            self._static_pub.publish(TFMessage(transforms=self._static_tf))
 
     def _on_pose(self, msg: PoseStamped) -> None:
         self.num_poses += 1
@@ -63,6 +77,9 @@ class Probe(BackgroundNode):
 
     def save_trajectory(self, path: str):
         return self._call("save", SaveTrajectory.Request(path=path))
+
+    def save_map(self, path: str):
+        return self._call("save_map", SaveMap.Request(path=path))
 
     def reset(self):
         return self._call("reset", Trigger.Request())

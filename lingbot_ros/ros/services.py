@@ -1,4 +1,4 @@
-"""The node's services: ~/reset, ~/get_cache_info, ~/save_trajectory."""
+"""The node's services: ~/reset, ~/pause, ~/get_cache_info, ~/save_trajectory, ~/save_map."""
 from __future__ import annotations
 
 import os
@@ -6,12 +6,14 @@ from pathlib import Path
 
 import numpy as np
 from lingbot_ros_interfaces.msg import CacheInfo
-from lingbot_ros_interfaces.srv import GetCacheInfo, SaveTrajectory
+from lingbot_ros_interfaces.srv import GetCacheInfo, SaveMap, SaveTrajectory
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from std_srvs.srv import Trigger
+from std_srvs.srv import SetBool, Trigger
 
 from ..session import write_tum
-from .messages import cache_info, camera_in_map
+from .frames import FrameChain
+from .messages import cache_info
+from .robot_frames import DEFAULT_CAMERA_FRAME
 
 
 class Services:
@@ -23,7 +25,9 @@ class Services:
             node.create_service(GetCacheInfo, "~/get_cache_info", self._cache_info,
                                 callback_group=group),
             node.create_service(SaveTrajectory, "~/save_trajectory", self._save,
-                                callback_group=group)]
+                                callback_group=group),
+            node.create_service(SetBool, "~/pause", self._pause, callback_group=group),
+            node.create_service(SaveMap, "~/save_map", self._save_map, callback_group=group)]
 
     def destroy(self) -> None:
         for srv in self._services:
@@ -60,39 +64,84 @@ class Services:
                             f"{c['bytes_reserved'] / 2**20:.1f} MiB")
         return response
 
+    def _pause(self, request, response):
+        node = self._node
+        if node.session is None:
+            response.success, response.message = False, "not configured: nothing to pause"
+            return response
+        response.message = node.set_paused(bool(request.data))
+        response.success = True
+        node.get_logger().info(f"~/pause {request.data}: {response.message}")
+        return response
+
     def _save(self, request, response):
         node = self._node
         session, settings = node.session, node.settings  # a cleanup may run meanwhile
-        if session is None:
-            response.success, response.message = False, "not configured: no trajectory"
+        path = _target(session, "no trajectory", request.path, response)
+        if path is None:
             return response
-        if not request.path:
-            response.success, response.message = False, "cannot write '': no path given"
-            return response
-        # Relative paths are the node's working directory's; the answer names the absolute
-        # path written, its folder resolved (the file itself is never followed: write_tum
-        # refuses a target that is not a regular file, a symlink included).
-        given = Path(request.path).expanduser()
-        if given.name in ("", ".."):
-            response.success = False
-            response.message = (f"cannot write {request.path!r} "
-                                f"({Path(os.path.abspath(given))}): it names a folder")
-            return response
-        if not given.parent.is_dir():
-            response.success = False
-            response.message = (f"cannot write {request.path!r} "
-                                f"({Path(os.path.abspath(given))}): its folder does not exist")
-            return response
-        path = given.parent.resolve() / given.name
         stamps, poses = session.trajectory.snapshot()
-        optical = settings.node.camera_is_optical
-        in_map = np.array([camera_in_map(p, optical) for p in poses]).reshape(-1, 4, 4)
+        frames = node.robot_frames
+        chain = frames.chain if frames is not None else None
+        if chain is None:  # no pose published yet (so none to write): any chain will do
+            chain = FrameChain.camera_only(DEFAULT_CAMERA_FRAME, True)
+        in_map = np.array([chain.tracked_in_map(p) for p in poses]).reshape(-1, 4, 4)
         try:
             write_tum(path, stamps, in_map)
         except (OSError, ValueError) as exc:  # ValueError: non-finite poses
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            response.success, response.message = False, f"cannot write {path}: {reason}"
+            response.success, response.message = False, f"cannot write {path}: {_reason(exc)}"
             return response
         response.success, response.num_poses = True, len(stamps)
-        response.message = f"wrote {len(stamps)} poses (map frame, TUM) to {path}"
+        response.message = (f"wrote {len(stamps)} poses of {chain.tracked_frame} in "
+                            f"{settings.node.map_frame} (TUM) to {path}")
         return response
+
+    def _save_map(self, request, response):
+        node = self._node
+        path = _target(node.session, "no map", request.path, response)
+        if path is None:
+            return response
+        try:
+            count = node.save_map(path)
+        except (OSError, ValueError) as exc:
+            response.success, response.message = False, f"cannot write {path}: {_reason(exc)}"
+            return response
+        if count is None:
+            response.success = False
+            response.message = "no map: set publish.map_points to true (and reconfigure)"
+            return response
+        response.success, response.num_points = True, count
+        response.message = (f"wrote {count} points ({node.settings.node.map_frame} frame, PLY) "
+                            f"to {path}")
+        return response
+
+
+def _reason(exc: Exception) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
+def _target(session, nothing: str, given_path: str, response) -> Path | None:
+    """The absolute file a save request names, or None with ``response`` saying why (also
+    when there is no ``session``: unconfigured, ``nothing`` to save).
+
+    Relative paths are the node's working directory's; the answer names the absolute path
+    written, its folder resolved (the file itself is never followed: the writers refuse a
+    target that is not a regular file, a symlink included)."""
+    if session is None:
+        response.success, response.message = False, f"not configured: {nothing}"
+        return None
+    if not given_path:
+        response.success, response.message = False, "cannot write '': no path given"
+        return None
+    given = Path(given_path).expanduser()
+    if given.name in ("", ".."):
+        response.success = False
+        response.message = (f"cannot write {given_path!r} "
+                            f"({Path(os.path.abspath(given))}): it names a folder")
+        return None
+    if not given.parent.is_dir():
+        response.success = False
+        response.message = (f"cannot write {given_path!r} "
+                            f"({Path(os.path.abspath(given))}): its folder does not exist")
+        return None
+    return given.parent.resolve() / given.name

@@ -42,8 +42,20 @@ class Status:
         self.status.publish(msg)
 
     def initializing(self, header, message: str) -> None:
-        """Once per change into INITIALIZING: a (re)started stream collects its anchors."""
-        self.status.publish(self._message(header, TrackingStatus.STATE_INITIALIZING, message))
+        """A frame that gave no pose yet: the stream collects its anchors, or waits for the
+        base -> camera transform."""
+        self.publish_state(header, TrackingStatus.STATE_INITIALIZING, message)
+
+    def failed(self, header, message: str) -> None:
+        """A frame failed (non-finite output, out of memory): rolled back, the node goes on."""
+        self.publish_state(header, TrackingStatus.STATE_FAILED, message)
+
+    def paused(self, header, message: str) -> None:
+        """An image dropped because ~/pause is on."""
+        self.publish_state(header, TrackingStatus.STATE_PAUSED, message)
+
+    def publish_state(self, header, state: int, message: str) -> None:
+        self.status.publish(self._message(header, state, message))
 
     def _message(self, header, state: int, message: str = "") -> TrackingStatus:
         c = self._node.counters
@@ -63,6 +75,7 @@ class Status:
     def _publish_diag(self) -> None:
         n = self._node
         now = time.monotonic()
+        frames = n.robot_frames
         t0, received0, processed0 = self._last
         dt = max(now - t0, 1e-6)
         c = dict(n.counters)
@@ -70,21 +83,30 @@ class Status:
                  "processed": (c.get("processed", 0) - processed0) / dt}
         self._last = (now, c.get("received", 0), c.get("processed", 0))
         info = n.info_snapshot
-        fx = float(n.camera_info.k[0]) if n.camera_info is not None else None
         topic = image_subscription(n, n.settings.node)[0]  # the topic actually subscribed
         idle = "tracking"
         if info is not None and info["phase"] == "scale_frames":
             idle = (f"initialising: {info['scale_frames_buffered']}/"
                     f"{info['startup_latency_frames']} anchor frames")
+        override = None
+        if n.paused:
+            override = (0, "paused (~/pause): images are dropped until it is turned off")
+        elif frames is not None:
+            override = frames.health(now)
         level, message = self._health.evaluate(
             now, c, None if n.last_image_time is None else now - n.last_image_time,
             None if n.last_processed_time is None else now - n.last_processed_time,
-            n.last_error, n.last_restart, idle, topic)
+            n.last_error, n.last_restart, idle, topic, override)
+        extra = {"paused": n.paused}
+        if frames is not None:
+            extra.update(frames.describe())
+        extra.update(n.outputs_info())
+        extra.update(diagnostics.camera_info_check(n.camera_info, n.last_input_hw, n.last_fx))
         msg = diagnostics.build(
             n.get_clock().now().to_msg(), f"{n.get_name()}: tracking",
             n.settings.session.device, level, message, c, rates, n.latency.summary(),
             info["latency_ms"] if info else {}, info, _gpu_memory(n.settings.session.device),
-            topic, fx, n.last_fx)
+            topic, extra)
         self.diag.publish(msg)
 
 

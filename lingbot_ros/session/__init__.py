@@ -4,6 +4,7 @@ ROS messages. Front ends (``ros/``, ``tools/``) import from here only."""
 from ..cache import StepKind
 from .factory import PRESETS, load_session_model, open_session, warm_up
 from .keyframes import KeyframePolicy, make_policy
+from .ply import read_ply, write_ply
 from .points import PointAccumulator, frame_points
 from .poses import (R_BODY_OPTICAL, T_BODY_OPTICAL, c2w_to_map, format_stamp, map_to_c2w,
                     matrix_to_tq, parse_stamp, quaternion_to_rotation, read_tum,
@@ -14,7 +15,8 @@ from .stats import LatencyWindow
 from .step_txn import StepTxn
 from .stream_runner import StreamRunner, fast_path_of
 from .trajectory import Trajectory
-from .types import FrameRejected, FrameResult
+from .types import FrameFailed, FrameRejected, FrameResult
+from .voxel_map import VoxelMap
 
 __all__ = ["StepKind", "PRESETS", "load_session_model", "open_session", "warm_up",
            "KeyframePolicy", "make_policy", "PointAccumulator", "frame_points",
@@ -23,4 +25,5 @@ __all__ = ["StepKind", "PRESETS", "load_session_model", "open_session", "warm_up
            "rotation_to_quaternion", "tq_to_matrix", "write_tum", "Rollover", "SessionEvent",
            "StreamingSession",
            "Sim3", "ate_rmse", "umeyama", "LatencyWindow", "StepTxn", "StreamRunner",
-           "fast_path_of", "Trajectory", "FrameRejected", "FrameResult"]
+           "fast_path_of", "Trajectory", "FrameFailed", "FrameRejected", "FrameResult",
+           "VoxelMap", "read_ply", "write_ply"]

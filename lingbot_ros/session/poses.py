@@ -31,6 +31,8 @@ from typing import Sequence, Union
 
 import numpy as np
 
+from .atomic_file import write_atomic
+
 __all__ = ["R_BODY_OPTICAL", "T_BODY_OPTICAL", "T_OPTICAL_BODY", "c2w_to_map", "map_to_c2w",
            "rotation_to_quaternion", "quaternion_to_rotation", "matrix_to_tq", "tq_to_matrix",
            "format_stamp", "parse_stamp", "write_tum", "read_tum"]
@@ -206,40 +208,7 @@ def write_tum(path: PathLike, stamps_ns: Sequence[int], poses) -> Path:
     lines = ["# timestamp tx ty tz qx qy qz qw\n"]
     for s, ti, qi in zip(stamps, t, q):
         lines.append(" ".join([format_stamp(s)] + [repr(float(v)) for v in (*ti, *qi)]) + "\n")
-    # A new temporary file beside ``path`` (exclusive, not through a link), fsynced, then
-    # renamed over ``path``; removed on any failure.
-    import errno
-    import secrets
-    import stat
-
-    tmp = path.with_name(f"{path.name}.{secrets.token_hex(6)}.tmp")
-    flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-             | getattr(os, "O_CLOEXEC", 0))
-    fd = os.open(tmp, flags, 0o666)  # exclusive: nobody else's file is touched
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write("".join(lines))
-            f.flush()
-            os.fsync(f.fileno())
-        try:  # checked last, just before the rename: the narrowest window
-            mode = os.lstat(path).st_mode
-        except FileNotFoundError:
-            mode = None
-        if mode is not None and not stat.S_ISREG(mode):
-            kind = ("a symlink" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode)
-                    else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
-                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-                    else "something else")
-            raise FileExistsError(errno.EEXIST, f"it exists and is {kind}, not a regular "
-                                  "file: not replaced", str(path))
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
+    return write_atomic(path, "".join(lines).encode("utf-8"))
 
 
 def read_tum(path: PathLike) -> tuple[np.ndarray, np.ndarray]:

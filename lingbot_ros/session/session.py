@@ -40,7 +40,7 @@ from .sim3 import Sim3, reference_alignment
 from .stats import LatencyWindow
 from .stream_runner import StreamRunner, check_runnable, fast_path_of
 from .trajectory import Trajectory
-from .types import FrameRejected, FrameResult
+from .types import FrameFailed, FrameRejected, FrameResult
 
 
 @dataclass
@@ -194,6 +194,7 @@ class StreamingSession:
             "frames_in": c["frames_in"], "frames_processed": c["processed"],
             "keyframes": c["keyframes"], "non_keyframes": c["non_keyframes"],
             "frames_rejected": sum(rejected.values()), "rejected_by_reason": rejected,
+            "frames_failed": c["failed_non_finite"],
             "phase": "streaming" if self._streaming else "scale_frames",
             "scale_frames_buffered": len(self._anchors_pending),
             "startup_latency_frames": self.config.num_scale_frames,
@@ -272,6 +273,8 @@ class StreamingSession:
         t0 = time.perf_counter()
         outputs, txn = self._runner.step(torch.stack([f.image for f in frames]),
                                          StepKind.KEYFRAME)
+        # Anchors that gave no usable pose are dropped: the next frames collect new ones.
+        self._check_finite(outputs, txn, f"anchor frames {frames[0].index}-{frames[-1].index}")
         txn.commit()
         # The world is the first frame's camera exactly: the network's own estimate for
         # frame 0 is only close to the identity (and arbitrary with random weights).
@@ -295,6 +298,7 @@ class StreamingSession:
         kind = StepKind.KEYFRAME if known else StepKind.SPECULATIVE
         outputs, txn = self._runner.step(frame.image[None], kind,
                                          with_depth=self._needs_depth())
+        self._check_finite(outputs, txn, f"frame {frame.index}")
         depth = outputs.depth[0, ..., 0] if outputs.depth is not None else None
         keyframe = known if known is not None else self._policy.decide(
             frame.index, depth, outputs.intrinsics[0], outputs.c2w[0])
@@ -310,6 +314,17 @@ class StreamingSession:
             if self._segment_keyframes >= (self.config.rollover_keyframes or 1 << 62):
                 self._rollover()
         return result
+
+    def _check_finite(self, outputs, txn, what: str) -> None:
+        """Roll the step back and raise ``FrameFailed`` if a pose is not finite (diverged
+        weights, a bf16 overflow): such a frame must not enter the caches or the trajectory.
+        (The pose is read back to the host for the result anyway: no extra wait.)"""
+        if bool(torch.isfinite(outputs.pose_enc).all()):
+            return
+        txn.rollback()
+        self._counts["failed_non_finite"] += 1
+        raise FrameFailed("non_finite", f"{what}: the model's pose is not finite; the step "
+                                        "was rolled back")
 
     def _needs_depth(self) -> bool:
         """Depth is needed for outputs, the flow policy, and the next segment's anchors."""

@@ -20,6 +20,18 @@ class FrameRejected(ValueError):
         self.reason = reason
 
 
+class FrameFailed(RuntimeError):
+    """A frame went through the model but its output is unusable (``reason``: ``non_finite``).
+
+    The step was rolled back (the caches are exactly as before the frame) and nothing was
+    published or added to the trajectory; the stream goes on with the next frame.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 @dataclass(frozen=True)
 class FrameResult:
     """The estimate for one input frame.

@@ -22,7 +22,7 @@ import numpy as np
 from ..config import (ATTENTION_BACKENDS, FLASHINFER_VARIANTS, KEYFRAME_POLICIES, KeyframeConfig,
                       PreprocessConfig, SessionConfig)
 from ..session import (PRESETS, FrameRejected, PointAccumulator, ate_rmse, frame_points,
-                       open_session)
+                       open_session, write_ply)
 from .frame_sources import open_source
 
 log = logging.getLogger("lingbot_ros.offline")
@@ -138,7 +138,6 @@ def run(args) -> dict:
     if args.gt:
         summary["ape_rmse_sim3"] = _ape(session, args.gt)
     if points is not None:
-        from .ply import write_ply
         xyz, rgb = points.arrays()
         write_ply(out / "points.ply", xyz, rgb)
         summary["outputs"]["points"] = str(out / "points.ply")

@@ -112,3 +112,19 @@ def test_pickled_objects_need_an_explicit_trust_flag(tmp_path, reference_state):
     with pytest.warns(UserWarning, match="full unpickling"):
         state = read_state_dict(path, trust_pickle=True)
     assert state.keys() == reference_state.keys()
+
+
+def test_load_model_picks_the_architecture_the_file_matches(tmp_path, tiny_config,
+                                                            reference_state):
+    """Candidates are tried in order: the tiny fixture loads with the official one first;
+    a file matching none reports the first candidate's mismatches."""
+    from lingbot_ros.model import GCTConfig
+    from lingbot_ros.model.presets import build_model
+    path = tmp_path / "tiny.safetensors"
+    save_file(reference_state, str(path))
+    model = load_model(path, [GCTConfig.official(), tiny_config], precision="fp32")
+    assert _same(model.state_dict(), reference_state)
+    with pytest.raises(CheckpointError, match="does not match"):
+        load_model(path, [GCTConfig.official()], precision="fp32")
+    built, random_weights = build_model("tiny", str(path), precision="fp32")
+    assert not random_weights and _same(built.state_dict(), reference_state)

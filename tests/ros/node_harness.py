@@ -37,10 +37,11 @@ from tests.ros.node_data import (good_images, header, image_stamps_in_bag,  # no
 from tests.ros.ros_helpers import REPO
 
 NODE = "/lingbot_ros"
-# Tiny model on tiny images: a CPU frame takes tens of milliseconds.
+# Tiny model on tiny images: a CPU frame takes tens of milliseconds. A bare camera
+# (camera-only TF: no robot base, so no /tf_static needed) unless a test sets frames.base.
 TINY_PARAMS: dict[str, Any] = {"model.preset": "tiny", "input.width": 56,
                                "session.num_scale_frames": 2, "cache.window": 4,
-                               "warmup": False}
+                               "warmup": False, "frames.base": ""}
 START_TIMEOUT = 60.0  # s until the node is active (imports torch on a loaded 2-core machine)
 IDEMPOTENT = {"get_state", "get_cache_info", "save_trajectory"}  # safe to re-send
 RETRY_S = 3.0  # s before a query is re-sent
@@ -235,6 +236,17 @@ class Probe(BackgroundNode):
             if values:
                 return values
         return {}
+
+    def last_level(self) -> tuple[Optional[int], str]:
+        """(level 0/1/2, message) of the node's latest DiagnosticStatus ((None, "") before
+        the first). rclpy gives the level as bytes."""
+        for got in reversed(self.snapshot("diagnostics")):
+            for status in got.msg.status:
+                if status.name.startswith("lingbot_ros"):
+                    level = status.level
+                    return (int.from_bytes(level, "little") if isinstance(level, bytes)
+                            else int(level)), status.message
+        return None, ""
 
     def counter(self, key: str) -> int:
         """A counter of the latest /diagnostics (0 when the node has not counted it yet)."""

@@ -53,3 +53,18 @@ def test_failures_restarts_and_starvation_in_order_of_severity():
         (WARN, "no image on /cam for 7 s")
     assert feed(m, 23.0, {}, idle_message="initialising: 1/8 anchor frames") == \
         (OK, "initialising: 1/8 anchor frames")
+
+
+def test_a_state_the_node_chose_or_waits_for_overrides_the_loss_and_stall_rules():
+    """Paused (OK) or waiting for the base -> camera transform: nothing is processed by
+    design, so neither the loss share nor the stall rule may speak; the override does."""
+    m = HealthMonitor(warn_drop_share=0.5, stall_timeout_s=1.0)
+    feed(m, 0.0, {"received": 0})
+    paused = (OK, "paused (~/pause)")
+    assert feed(m, 5.0, {"received": 150, "dropped_paused": 150}, since_processed=5.0,
+                override=paused) == paused
+    waiting = (ERROR, "no transform base_link -> cam for 12 s")
+    assert feed(m, 6.0, {"received": 180, "dropped_waiting_for_tf": 180}, since_processed=None,
+                last_error="old", override=waiting) == waiting
+    # Without the override the same counters are a stall.
+    assert feed(m, 7.0, {"received": 210, "dropped_paused": 210}, since_processed=7.0)[0] == ERROR

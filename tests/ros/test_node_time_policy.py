@@ -21,13 +21,7 @@ def publish(probe, images, period: float = 0.02) -> None:
 
 def last_status(probe):
     """(level, message) of the node's last DiagnosticStatus."""
-    diags = [g.msg for g in probe.snapshot("diagnostics") if g.msg.status
-             and g.msg.status[0].name.startswith("lingbot_ros")]
-    if not diags:
-        return None, ""
-    status = diags[-1].status[0]
-    return int.from_bytes(status.level, "little") if isinstance(status.level, bytes) \
-        else int(status.level), status.message
+    return probe.last_level()
 
 
 def test_a_looped_stream_restarts_once_with_a_warning(tmp_path, ros_env):

@@ -9,7 +9,7 @@ from evo.core import metrics, sync
 from evo.tools import file_interface
 
 from lingbot_ros.tools.offline import main
-from lingbot_ros.tools.ply import read_ply
+from lingbot_ros.session import read_ply
 from lingbot_ros.tools.synthetic import render_sequence
 from lingbot_ros.tools.synthetic_writers import write_bag, write_image_folder, write_video
 

@@ -1,0 +1,113 @@
+"""RobotFrames: which FrameChain a stream is published in, and the TF tree this node adds.
+
+On a robot the base -> camera extrinsic comes from the robot's TF (robot_state_publisher's
+``/tf_static``), looked up when the first image arrives and kept: it is rigid. Until it is
+there, frames are dropped (counted) and the node says what it waits for; after
+``tf.wait_for_extrinsic_s`` that becomes an ERROR on /diagnostics. A bare camera
+(``frames.base: ""``) needs no TF.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from ..config import NodeConfig
+from ..session import matrix_to_tq
+from .frames import FrameChain
+from .health import ERROR, OK
+from .tf_tree import TransformError
+
+DEFAULT_CAMERA_FRAME = "camera_optical_frame"  # images without a frame_id
+
+
+def tf_tree_mode(cfg: NodeConfig) -> str:
+    """One line saying which transforms this node publishes (diagnostics, logs)."""
+    tracked = "<camera frame> (camera-only)" if cfg.camera_only else cfg.base_frame
+    if cfg.publish_odom_to_base:
+        odom = f"{cfg.odom_frame} -> {tracked} (this node's estimate)"
+        head = (f"{cfg.map_frame} -> {cfg.odom_frame} (identity), " if cfg.publish_map_to_odom
+                else f"({cfg.map_frame} -> {cfg.odom_frame} left to another node), ")
+        return head + odom
+    if cfg.publish_map_to_odom:
+        return (f"{cfg.map_frame} -> {cfg.odom_frame} (corrects another node's "
+                f"{cfg.odom_frame} -> {tracked})")
+    return "none (tf.publish_map_to_odom and tf.publish_odom_to_base are false)"
+
+
+class RobotFrames:
+    def __init__(self, config: NodeConfig, tf_tree=None) -> None:
+        """``tf_tree``: a ``TransformTree`` fed from /tf and /tf_static (needed unless
+        camera-only)."""
+        if not config.camera_only and tf_tree is None:
+            raise ValueError("a robot base frame needs a TF tree for base -> camera")
+        self.config = config
+        self._tree = tf_tree
+        self.chain: Optional[FrameChain] = None  # the stream's chain, once known
+        self.waiting_since: Optional[float] = None  # time.monotonic() of the first miss
+        self.last_error = ""
+        self.waiting_for = ""  # "base_link -> camera_optical_frame"
+
+    def camera_frame(self, header_frame_id: str) -> str:
+        return self.config.camera_frame or header_frame_id or DEFAULT_CAMERA_FRAME
+
+    def resolve(self, header_frame_id: str, now: float) -> Optional[FrameChain]:
+        """The chain for an image of this frame id, or None while the extrinsic is missing."""
+        cfg = self.config
+        camera = self.camera_frame(header_frame_id)
+        if self.chain is not None and self.chain.camera_frame == camera:
+            return self.chain
+        if cfg.camera_only:
+            self.chain = FrameChain.camera_only(camera, cfg.camera_is_optical)
+            return self.chain
+        try:
+            T_base_camera = self._tree.lookup(cfg.base_frame, camera, None)
+        except TransformError as exc:
+            if self.waiting_since is None:
+                self.waiting_since = now
+            self.waiting_for = f"{cfg.base_frame} -> {camera}"
+            self.last_error = str(exc)
+            return None
+        self.chain = FrameChain.robot(cfg.base_frame, camera, T_base_camera,
+                                      cfg.camera_is_optical)
+        self.waiting_since, self.waiting_for, self.last_error = None, "", ""
+        return self.chain
+
+    def waiting_message(self) -> str:
+        return (f"waiting for the transform {self.waiting_for} (the robot's static TF, e.g. "
+                f"robot_state_publisher on /tf_static); frames are dropped until it arrives. "
+                f"A bare camera without TF: set frames.base to ''. ({self.last_error})")
+
+    def health(self, now: float) -> Optional[tuple[int, str]]:
+        """(level, message) while waiting for the extrinsic: OK at first (start-up), ERROR
+        after ``tf.wait_for_extrinsic_s``; None when not waiting."""
+        if self.waiting_since is None:
+            return None
+        waited = now - self.waiting_since
+        level = ERROR if waited >= self.config.wait_for_extrinsic_s else OK
+        return level, f"no transform {self.waiting_for} for {waited:.0f} s: " + \
+            self.waiting_message()
+
+    def describe(self) -> dict:
+        """Diagnostics key/values: the tree, the tracked frame, the extrinsic in use."""
+        cfg = self.config
+        out = {"tf_tree": tf_tree_mode(cfg),
+               "scale": "monocular: the model's units, not metres"}
+        if self.chain is not None:
+            out["tracked_frame"] = self.chain.tracked_frame
+            out["camera_frame"] = self.chain.camera_frame
+            if not cfg.camera_only:
+                t, q = matrix_to_tq(self.chain.T_base_optical[None])
+                out["extrinsic_base_optical"] = (
+                    "t " + " ".join(f"{v:.4f}" for v in t[0]) + ", q xyzw "
+                    + " ".join(f"{v:.4f}" for v in q[0]))
+        return out
+
+
+def extrinsic_summary(chain: FrameChain) -> str:
+    """For the log line when the extrinsic is found: where the camera is and its tilt."""
+    T = chain.T_base_optical
+    view = T[:3, 2]  # the optical z axis (viewing direction) in the base frame
+    down = math.degrees(math.atan2(-view[2], math.hypot(view[0], view[1])))
+    return (f"camera {chain.camera_frame} at ({T[0, 3]:.3f}, {T[1, 3]:.3f}, {T[2, 3]:.3f}) m in "
+            f"{chain.tracked_frame}, looking {abs(down):.1f} deg "
+            f"{'below' if down >= 0 else 'above'} the horizontal")
