@@ -45,6 +45,7 @@ setup(
             "lingbot-ros-bench-cache = lingbot_ros.tools.bench_cache:main",
             "lingbot-ros-parity = lingbot_ros.tools.parity:main",
             "lingbot-ros-offline = lingbot_ros.tools.offline:main",
+            "lingbot-ros-eval = lingbot_ros.tools.eval_table:main",
             "lingbot-ros-replay = lingbot_ros.tools.bag_replay:main",
             "lingbot_ros_node = lingbot_ros.ros.node:main",
         ],

@@ -16,7 +16,7 @@ import pickle
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Sequence
 
 import torch
 from torch import Tensor

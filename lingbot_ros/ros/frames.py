@@ -17,15 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..session import T_BODY_OPTICAL
-
-
-def rigid_inverse(T: np.ndarray) -> np.ndarray:
-    out = np.eye(4)
-    R = T[:3, :3]
-    out[:3, :3] = R.T
-    out[:3, 3] = -R.T @ T[:3, 3]
-    return out
+from ..session import T_BODY_OPTICAL, rigid_inverse
 
 
 @dataclass(frozen=True)

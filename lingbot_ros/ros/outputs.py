@@ -20,8 +20,8 @@ from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from tf2_msgs.msg import TFMessage
 
 from ..config import NodeConfig
-from ..session import FrameResult, frame_points
-from .frames import FrameChain, body_velocity, rigid_inverse
+from ..session import FrameResult, frame_points, rigid_inverse
+from .frames import FrameChain, body_velocity
 from .map_points import MapPoints
 from .messages import (camera_info_msg, depth_image, ns_to_stamp, odometry, point_cloud,
                        pose_stamped, transform)

@@ -87,7 +87,9 @@ class Services:
             chain = FrameChain.camera_only(DEFAULT_CAMERA_FRAME, True)
         in_map = np.array([chain.tracked_in_map(p) for p in poses]).reshape(-1, 4, 4)
         try:
-            write_tum(path, stamps, in_map)
+            write_tum(path, stamps, in_map, frame=(
+                f"{chain.tracked_frame} in {settings.node.map_frame} (REP-105, as ~/pose); "
+                "monocular scale"))
         except (OSError, ValueError) as exc:  # ValueError: non-finite poses
             response.success, response.message = False, f"cannot write {path}: {_reason(exc)}"
             return response

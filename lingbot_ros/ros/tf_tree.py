@@ -30,13 +30,13 @@ is released.
 from __future__ import annotations
 
 import bisect
-import math
 import threading
 from typing import NamedTuple, Optional, Union
 
 import numpy as np
 
-from ..session import format_stamp, rotation_to_quaternion, tq_to_matrix
+from ..session import (format_stamp, rigid_inverse, rotation_to_quaternion, slerp,
+                       tq_to_matrix)
 
 __all__ = ["TransformTree", "TransformError", "UnknownFrameError", "NotConnectedError",
            "ExtrapolationError", "Reparent", "normalize_frame"]
@@ -109,28 +109,6 @@ def normalize_frame(name: str) -> str:
 
 def _format_s(stamp_ns: int) -> str:
     return f"{format_stamp(stamp_ns)} s"
-
-
-def _rigid_inverse(T: np.ndarray) -> np.ndarray:
-    out = np.eye(4)
-    rt = T[:3, :3].T
-    out[:3, :3] = rt
-    out[:3, 3] = -rt @ T[:3, 3]
-    return out
-
-
-def slerp(q0: np.ndarray, q1: np.ndarray, ratio: float) -> np.ndarray:
-    """Unit quaternion (xyzw) a ``ratio`` of the way from ``q0`` to ``q1`` on the shortest arc."""
-    dot = float(np.dot(q0, q1))
-    if dot < 0.0:  # q and -q are the same rotation: take the nearer one
-        q1, dot = -q1, -dot
-    if dot > 1.0 - 1e-10:  # within ~1e-5 rad: normalised lerp (exact to ~1e-15; no 0 / 0)
-        q = q0 + ratio * (q1 - q0)
-    else:
-        theta = math.acos(min(dot, 1.0))
-        s = math.sin(theta)
-        q = (math.sin((1.0 - ratio) * theta) / s) * q0 + (math.sin(ratio * theta) / s) * q1
-    return q / np.linalg.norm(q)
 
 
 def _evaluate(pick: _Pick) -> np.ndarray:
@@ -283,7 +261,7 @@ class TransformTree:
         T_ancestor_target = np.eye(4)
         for pick in reversed(picks_target):
             T_ancestor_target = T_ancestor_target @ _evaluate(pick)
-        return _rigid_inverse(T_ancestor_target) @ T_ancestor_source
+        return rigid_inverse(T_ancestor_target) @ T_ancestor_source
 
     # -- under the lock --------------------------------------------------------------------
     def _path_up(self, frame: str) -> list[tuple[str, _Edge]]:

@@ -8,7 +8,8 @@ from .ply import read_ply, write_ply
 from .points import PointAccumulator, frame_points
 from .poses import (R_BODY_OPTICAL, T_BODY_OPTICAL, c2w_to_map, format_stamp, map_to_c2w,
                     matrix_to_tq, parse_stamp, quaternion_to_rotation, read_tum,
-                    rotation_to_quaternion, tq_to_matrix, write_tum)
+                    rotation_to_quaternion, tq_to_matrix, write_tum, slerp,
+                    interpolate_poses, rigid_inverse)
 from .session import Rollover, SessionEvent, StreamingSession
 from .sim3 import Sim3, ate_rmse, umeyama
 from .stats import LatencyWindow
@@ -22,7 +23,8 @@ __all__ = ["StepKind", "PRESETS", "load_session_model", "open_session", "warm_up
            "KeyframePolicy", "make_policy", "PointAccumulator", "frame_points",
            "R_BODY_OPTICAL", "T_BODY_OPTICAL", "c2w_to_map", "format_stamp", "map_to_c2w",
            "matrix_to_tq", "parse_stamp", "quaternion_to_rotation", "read_tum",
-           "rotation_to_quaternion", "tq_to_matrix", "write_tum", "Rollover", "SessionEvent",
+           "rotation_to_quaternion", "tq_to_matrix", "write_tum", "slerp", "interpolate_poses",
+           "rigid_inverse",           "Rollover", "SessionEvent",
            "StreamingSession",
            "Sim3", "ate_rmse", "umeyama", "LatencyWindow", "StepTxn", "StreamRunner",
            "fast_path_of", "Trajectory", "FrameFailed", "FrameRejected", "FrameResult",

@@ -24,6 +24,7 @@ integer nanoseconds without rounding (``1700000000.033333333``), readable by ``e
 """
 from __future__ import annotations
 
+import math
 import os
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -64,7 +65,9 @@ def _mat4(x, name: str) -> np.ndarray:
     return m
 
 
-def _rigid_inv(t: np.ndarray) -> np.ndarray:
+def rigid_inverse(t: np.ndarray) -> np.ndarray:
+    """Inverse of rigid transforms (..., 4, 4): ``[R | p]^-1 = [R^T | -R^T p]``, exact."""
+    t = np.asarray(t, dtype=np.float64)
     out = np.zeros_like(t)
     rt = np.swapaxes(t[..., :3, :3], -1, -2)
     out[..., :3, :3] = rt
@@ -83,12 +86,12 @@ def c2w_to_map(c2w, frame: str = "body", T_body_optical=T_BODY_OPTICAL,
     """
     c = _mat4(c2w, "c2w")
     if origin_c2w is not None:
-        c = _rigid_inv(_mat4(origin_c2w, "origin_c2w")) @ c
+        c = rigid_inverse(_mat4(origin_c2w, "origin_c2w")) @ c
     bo = _mat4(T_body_optical, "T_body_optical")
     if frame == "optical":
         return bo @ c
     if frame == "body":
-        return bo @ c @ _rigid_inv(bo)
+        return bo @ c @ rigid_inverse(bo)
     raise ValueError(f"frame must be 'body' or 'optical', got {frame!r}")
 
 
@@ -96,7 +99,7 @@ def map_to_c2w(T_map_frame, frame: str = "body", T_body_optical=T_BODY_OPTICAL) 
     """Inverse of :func:`c2w_to_map` (without ``origin_c2w``)."""
     t = _mat4(T_map_frame, "T_map_frame")
     bo = _mat4(T_body_optical, "T_body_optical")
-    ob = _rigid_inv(bo)
+    ob = rigid_inverse(bo)
     if frame == "optical":
         return ob @ t
     if frame == "body":
@@ -188,8 +191,12 @@ def parse_stamp(text: str) -> int:
     return int((d * 1_000_000_000).to_integral_value())
 
 
-def write_tum(path: PathLike, stamps_ns: Sequence[int], poses) -> Path:
+def write_tum(path: PathLike, stamps_ns: Sequence[int], poses, frame: str = "") -> Path:
     """Write poses (N, 4, 4) with integer-ns stamps as a TUM file; atomic (temp + rename).
+
+    ``frame``: which frame's poses in which world (e.g. ``camera_optical in world = the first
+    frame's camera_optical``), written as a ``# frame: ...`` comment line (TUM readers, evo
+    included, skip ``#`` lines).
 
     An existing ``path`` must be a regular file: a symlink, FIFO, device or folder there is
     neither followed nor replaced (FileExistsError). On any failure (writing, renaming) no
@@ -205,7 +212,8 @@ def write_tum(path: PathLike, stamps_ns: Sequence[int], poses) -> Path:
     if not np.isfinite(m).all():
         raise ValueError("poses contain non-finite values")
     t, q = matrix_to_tq(m)
-    lines = ["# timestamp tx ty tz qx qy qz qw\n"]
+    lines = [f"# frame: {frame}\n"] if frame else []
+    lines.append("# timestamp tx ty tz qx qy qz qw\n")
     for s, ti, qi in zip(stamps, t, q):
         lines.append(" ".join([format_stamp(s)] + [repr(float(v)) for v in (*ti, *qi)]) + "\n")
     return write_atomic(path, "".join(lines).encode("utf-8"))
@@ -234,3 +242,38 @@ def read_tum(path: PathLike) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(0, np.int64), np.zeros((0, 4, 4))
     arr = np.asarray(rows)
     return np.asarray(stamps, np.int64), tq_to_matrix(arr[:, :3], arr[:, 3:])
+
+
+def slerp(q0: np.ndarray, q1: np.ndarray, ratio: float) -> np.ndarray:
+    """Unit quaternion (xyzw) a ``ratio`` of the way from ``q0`` to ``q1`` on the shortest arc."""
+    dot = float(np.dot(q0, q1))
+    if dot < 0.0:  # q and -q are the same rotation: take the nearer one
+        q1, dot = -q1, -dot
+    if dot > 1.0 - 1e-10:  # within ~1e-5 rad: normalised lerp (exact to ~1e-15; no 0 / 0)
+        q = q0 + ratio * (q1 - q0)
+    else:
+        theta = math.acos(min(dot, 1.0))
+        s = math.sin(theta)
+        q = (math.sin((1.0 - ratio) * theta) / s) * q0 + (math.sin(ratio * theta) / s) * q1
+    return q / np.linalg.norm(q)
+
+
+def interpolate_poses(stamps_ns, poses, query_ns) -> np.ndarray:
+    """Poses (N, 4, 4) at increasing ``stamps_ns`` sampled at ``query_ns`` (within their
+    range): translation linearly, rotation by slerp between the two neighbours."""
+    stamps = np.asarray(stamps_ns, np.int64)
+    m = _mat4(poses, "poses").reshape(-1, 4, 4)
+    query = np.asarray(query_ns, np.int64)
+    if len(stamps) != len(m) or not len(m):
+        raise ValueError(f"{len(stamps)} stamps for {len(m)} poses")
+    if len(query) and (query.min() < stamps[0] or query.max() > stamps[-1]):
+        raise ValueError("query stamps outside the poses' range")
+    t, q = matrix_to_tq(m)
+    out = np.empty((len(query), 4, 4))
+    for k, s in enumerate(query):
+        i = int(np.clip(np.searchsorted(stamps, s, side="right") - 1, 0, max(len(m) - 2, 0)))
+        j = min(i + 1, len(m) - 1)
+        span = int(stamps[j] - stamps[i])
+        ratio = (int(s) - int(stamps[i])) / span if span else 0.0
+        out[k] = tq_to_matrix(t[i] + ratio * (t[j] - t[i]), slerp(q[i], q[j], ratio))
+    return out

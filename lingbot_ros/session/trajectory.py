@@ -11,6 +11,10 @@ from .poses import PathLike, read_tum, write_tum
 __all__ = ["Trajectory"]
 
 
+SESSION_FRAME = ("camera_optical (x right, y down, z forward) in world = the first frame's "
+                 "camera_optical; monocular scale")
+
+
 class Trajectory:
     """Stamped poses (integer ns, float64 4x4) in append order.
 
@@ -63,9 +67,11 @@ class Trajectory:
         return self.snapshot()[1]
 
     def save_tum(self, path: PathLike) -> Path:
-        """Write the trajectory as a TUM file (atomically); returns the path."""
+        """Write the trajectory as a TUM file (atomically); returns the path. The poses are
+        the session's: the camera's optical frame (OpenCV axes) in the world = the stream's
+        first camera optical frame, as the file's header line says."""
         stamps, poses = self.snapshot()
-        return write_tum(path, stamps, poses)
+        return write_tum(path, stamps, poses, frame=SESSION_FRAME)
 
     @classmethod
     def load_tum(cls, path: PathLike) -> "Trajectory":

@@ -61,11 +61,20 @@ def _reader(path: Path):
 
 def list_image_topics(path: PathLike) -> dict[str, str]:
     """``{topic: message type}`` of the Image / CompressedImage topics in a bag."""
-    path = Path(path)
+    return {topic: msgtype for topic, (msgtype, _) in _image_topics(Path(path)).items()}
+
+
+def _image_topics(path: Path) -> dict[str, tuple[str, int]]:
+    """``{topic: (message type, message count)}`` of the image topics (from the index)."""
     if not path.exists():
         raise FileNotFoundError(f"bag {path} does not exist")
+    topics: dict[str, tuple[str, int]] = {}
     with _reader(path) as reader:
-        return {c.topic: c.msgtype for c in reader.connections if c.msgtype in IMAGE_TYPES}
+        for c in reader.connections:
+            if c.msgtype in IMAGE_TYPES:
+                _, count = topics.get(c.topic, (c.msgtype, 0))
+                topics[c.topic] = (c.msgtype, count + int(c.msgcount))
+    return topics
 
 
 class BagSource(FrameSource):
@@ -83,7 +92,8 @@ class BagSource(FrameSource):
         if stamps not in ("header", "bag"):
             raise ValueError(f"stamps must be 'header' or 'bag', got {stamps!r}")
         self.stamp_source = stamps
-        topics = list_image_topics(self.path)
+        indexed = _image_topics(self.path)
+        topics = {t: m for t, (m, _) in indexed.items()}
         if topic is None:
             if len(topics) != 1:
                 raise ValueError(f"bag {self.path} has {len(topics)} image topics; choose one "
@@ -93,6 +103,11 @@ class BagSource(FrameSource):
             raise ValueError(f"bag {self.path} has no image topic {topic!r}; image topics: "
                              f"{self._describe(topics)}")
         self.topic, self.msgtype = topic, topics[topic]
+        self.message_count = indexed[topic][1]  # from the bag's index: a progress total
+
+    def __len__(self) -> int:
+        """Messages on the topic (bad ones are skipped and counted while iterating)."""
+        return self.message_count
 
     @staticmethod
     def _describe(topics: dict) -> str:

@@ -46,7 +46,11 @@ def main(argv=None) -> int:
     summary = run(offline_args(run_args))
     print(json.dumps({k: summary[k] for k in (
         "frames_read", "frames_processed", "keyframes", "non_keyframes", "rollovers", "fps",
-        "cache_peak", "ape_rmse_sim3", "num_points", "outputs")}, indent=2, default=str))
+        "cache_peak", "num_points", "outputs")}, indent=2, default=str))
+    evaluation = summary.get("evaluation") or {}
+    if evaluation.get("error") is None and "ate_sim3" in evaluation:
+        print(f"ATE (Sim(3)-aligned) RMSE {evaluation['ate_sim3']['rmse']:.4f} over "
+              f"{evaluation['associated']} poses")
     if summary["random_weights"]:
         print(RANDOM_WEIGHTS_NOTICE)
     return 0

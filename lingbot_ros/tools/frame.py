@@ -46,6 +46,7 @@ SKIP_REASONS = (
     "non_monotonic_stamp",  # a stamp not after the previous yielded frame's
     "bad_stamp",  # a stamp that cannot be derived (e.g. a file name that is not a time)
     "missing_frames",  # a video that ended before its announced frame count
+    "missing_file",  # an image a dataset's index lists (rgb.txt, data.csv, ...) that is absent
 )
 
 # Encoded images (files, CompressedImage) declaring more pixels than this are skipped

@@ -1,9 +1,11 @@
 """Frame sources for the offline runner: an image folder, a video file or a rosbag2/ROS 1 bag.
 
-Here: the folder and video sources, and :func:`open_source`, which picks the source for a
-path. :class:`Frame`, :class:`SourceStats`, :data:`SKIP_REASONS` and the OpenCV decoding
-helpers every source shares live in :mod:`lingbot_ros.tools.frame` (and are re-exported here);
-the bag source (``BagSource``, ``list_image_topics``, the message decoders) lives in
+Here: the folder and video sources, :class:`ImageListSource` (the images a dataset's index
+lists, with its stamps; the public dataset layouts in :mod:`lingbot_ros.tools.datasets` build
+on it), and :func:`open_source`, which picks the source for a path. :class:`Frame`,
+:class:`SourceStats`, :data:`SKIP_REASONS` and the OpenCV decoding helpers every source
+shares live in :mod:`lingbot_ros.tools.frame` (and are re-exported here); the bag source
+(``BagSource``, ``list_image_topics``, the message decoders) lives in
 :mod:`lingbot_ros.tools.bag_source`.
 
 Every source iterates :class:`Frame` ``(stamp_ns: int, image: np.ndarray, encoding: str)``
@@ -31,16 +33,57 @@ from .frame import (SKIP_REASONS, Frame, FrameSource, PathLike, SkippedFrame, So
                     check_container, cv_encoding, decode_bytes, require_cv2)
 
 __all__ = ["Frame", "SourceStats", "SkippedFrame", "SKIP_REASONS", "IMAGE_EXTENSIONS",
-           "ImageFolderSource", "VideoSource", "open_source"]
+           "ImageFolderSource", "ImageListSource", "VideoSource", "name_stamp_kind",
+           "open_source", "read_image_file", "stamp_from_name"]
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm",
                     ".pnm")
 
 
-# --- image folder ------------------------------------------------------------------------
+# --- image files -------------------------------------------------------------------------
 
 def _natural_key(name: str):
     return [int(t) if t.isdigit() else t.lower() for t in re.split(r"(\d+)", name)]
+
+
+# File stems that are times: seconds with a decimal point (TUM RGB-D ``1305031102.175304``),
+# or an integer count of nanoseconds of 16 digits or more (EuRoC ``1403636579763555584``;
+# 16 digits of seconds would be 300 million years, so such an integer is never seconds).
+_SECONDS_NAME = re.compile(r"\d+\.\d+")
+_NANOSECONDS_NAME = re.compile(r"\d{16,}")
+
+
+def name_stamp_kind(stems) -> Optional[str]:
+    """``'seconds'`` when every stem is seconds with a decimal point (``1305031102.175304``),
+    ``'nanoseconds'`` when every stem is an integer of 16 digits or more
+    (``1403636579763555584``), else None (no stems, or any other or a mixed naming)."""
+    kinds = {("seconds" if _SECONDS_NAME.fullmatch(s) else
+              "nanoseconds" if _NANOSECONDS_NAME.fullmatch(s) else None) for s in stems}
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def stamp_from_name(stem: str) -> int:
+    """A file stem read as a time -> integer nanoseconds, exactly: an integer of 16 digits or
+    more is nanoseconds (EuRoC), anything else is seconds in decimal (TUM RGB-D; read by
+    :func:`lingbot_ros.session.poses.parse_stamp`). ValueError when it is neither."""
+    if _NANOSECONDS_NAME.fullmatch(stem):
+        return int(stem)
+    from ..session.poses import parse_stamp  # the session package imports torch: lazily
+    return parse_stamp(stem)
+
+
+def read_image_file(path: Path) -> tuple[np.ndarray, str]:
+    """An image file -> (array, encoding), by :func:`lingbot_ros.tools.frame.decode_bytes`.
+    Raises SkippedFrame: missing_file (it does not exist), unreadable (any other OS error),
+    corrupt (truncated PNG/JPEG, undecodable), too_large, zero_size, unknown_encoding."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise SkippedFrame("missing_file", f"{path}: no such file") from None
+    except OSError as err:
+        raise SkippedFrame("unreadable", f"{path}: {err}") from None
+    check_container(data, str(path))
+    return decode_bytes(np.frombuffer(data, np.uint8), str(path))
 
 
 class ImageFolderSource(FrameSource):
@@ -48,7 +91,13 @@ class ImageFolderSource(FrameSource):
 
     Stamps: ``stamps='fps'`` -> ``round(i * 1e9 / fps)`` where i is the file's position in
     the sorted listing (a skipped file keeps its slot on the timeline); ``stamps='filename'``
-    -> the file stem read as seconds (TUM RGB-D style ``1305031102.175304.png``).
+    -> the file stem read by :func:`stamp_from_name`: seconds (TUM RGB-D style
+    ``1305031102.175304.png``) or, for an integer of 16 digits or more, nanoseconds (EuRoC
+    style ``1403636579763555584.png``), and the files are then ordered by that stamp (names
+    that are no time come last and are skipped as ``bad_stamp``); ``stamps='auto'`` ->
+    ``'filename'`` when :func:`name_stamp_kind` says every stem is a time, else ``'fps'``.
+    ``self.stamps`` is the choice made (``'fps'`` or ``'filename'``), ``self.name_kind``
+    what the names are (``'seconds'``, ``'nanoseconds'`` or None).
     """
 
     def __init__(self, path: PathLike, fps: float = 30.0, stamps: str = "fps") -> None:
@@ -56,17 +105,31 @@ class ImageFolderSource(FrameSource):
         self.path = Path(path)
         if not self.path.is_dir():
             raise FileNotFoundError(f"image folder {self.path} does not exist")
-        if stamps not in ("fps", "filename"):
-            raise ValueError(f"stamps must be 'fps' or 'filename', got {stamps!r}")
-        if stamps == "fps" and not (isinstance(fps, (int, float)) and math.isfinite(fps)
-                                    and fps > 0):
+        if stamps not in ("fps", "filename", "auto"):
+            raise ValueError(f"stamps must be 'fps', 'filename' or 'auto', got {stamps!r}")
+        if stamps != "filename" and not (isinstance(fps, (int, float)) and math.isfinite(fps)
+                                         and fps > 0):
             raise ValueError(f"fps must be a positive number, got {fps!r}")
-        self.fps, self.stamps = float(fps), stamps
-        self.files = sorted((p for p in self.path.iterdir()
-                             if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS),
-                            key=lambda p: _natural_key(p.name))
-        if not self.files:
+        files = sorted((p for p in self.path.iterdir()
+                        if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS),
+                       key=lambda p: _natural_key(p.name))
+        if not files:
             raise FileNotFoundError(f"no images ({', '.join(IMAGE_EXTENSIONS)}) in {self.path}")
+        self.name_kind = name_stamp_kind(p.stem for p in files)
+        if stamps == "auto":
+            stamps = "filename" if self.name_kind else "fps"
+        self.fps, self.stamps = float(fps), stamps
+        self._name_stamps: dict[Path, Optional[int]] = {}
+        if stamps == "filename":  # in time order: decimal names do not sort naturally
+            for p in files:
+                try:
+                    self._name_stamps[p] = stamp_from_name(p.stem)
+                except ValueError:
+                    self._name_stamps[p] = None
+            timed = [p for p in files if self._name_stamps[p] is not None]
+            timed.sort(key=lambda p: self._name_stamps[p])  # stable: ties keep natural order
+            files = timed + [p for p in files if self._name_stamps[p] is None]
+        self.files = files
 
     def __len__(self) -> int:
         return len(self.files)
@@ -74,26 +137,54 @@ class ImageFolderSource(FrameSource):
     def _stamp(self, i: int, f: Path) -> int:
         if self.stamps == "fps":
             return round(i * 1e9 / self.fps)
-        from ..session.poses import parse_stamp  # the session package imports torch: lazily
-        try:
-            return parse_stamp(f.stem)
-        except ValueError:
-            raise SkippedFrame("bad_stamp", f"{f.name}: file name is not a time in seconds") \
-                from None
+        stamp = self._name_stamps.get(f)
+        if stamp is None:
+            raise SkippedFrame("bad_stamp", f"{f.name}: file name is not a time (seconds, or "
+                                            f"integer nanoseconds of 16+ digits)")
+        return stamp
 
     def __iter__(self) -> Iterator[Frame]:
         self._restart()
         for i, f in enumerate(self.files):
             try:
                 stamp = self._stamp(i, f)
-                try:
-                    data = f.read_bytes()
-                except OSError as err:
-                    raise SkippedFrame("unreadable", f"{f}: {err}") from None
-                check_container(data, str(f))
-                img, enc = decode_bytes(np.frombuffer(data, np.uint8), str(f))
+                img, enc = read_image_file(f)
             except SkippedFrame as skip:
                 self.stats.skip(skip.reason, str(skip))
+                continue
+            frame = self._emit(stamp, img, enc, str(f))
+            if frame is not None:
+                yield frame
+
+
+class ImageListSource(FrameSource):
+    """Images a dataset's index lists, with the index's stamps: ``entries`` is a sequence of
+    ``(stamp_ns, path)`` in the index's order (``index`` names the index for messages).
+
+    A listed file that does not exist is skipped as ``missing_file`` (counted, logged); a stamp
+    not after the previous frame's as ``non_monotonic_stamp``; bad images as in
+    :class:`ImageFolderSource`. ``len()`` is the number of entries."""
+
+    def __init__(self, entries, index: str = "the index") -> None:
+        super().__init__()
+        self.entries = [(int(stamp), Path(path)) for stamp, path in entries]
+        self.index = index
+        if not self.entries:
+            raise ValueError(f"{index} lists no images")
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __iter__(self) -> Iterator[Frame]:
+        self._restart()
+        for stamp, f in self.entries:
+            try:
+                img, enc = read_image_file(f)
+            except SkippedFrame as skip:
+                msg = str(skip)
+                if skip.reason == "missing_file":
+                    msg = f"{f}: listed in {self.index} but there is no such file"
+                self.stats.skip(skip.reason, msg)
                 continue
             frame = self._emit(stamp, img, enc, str(f))
             if frame is not None:

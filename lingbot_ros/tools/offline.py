@@ -1,45 +1,76 @@
 """lingbot-ros-offline: run a recording through the streaming session, no ROS needed.
 
-    lingbot-ros-offline INPUT [--topic /camera/image_raw] [--out out/] [--checkpoint W.pt]
+    lingbot-ros-offline INPUT [--out out/] [--checkpoint W.pt] [--plot] [--ply]
 
-INPUT is an image folder, a video file, or a rosbag2 (sqlite3 or mcap; sensor_msgs/Image or
-CompressedImage). Writes ``trajectory.tum`` (evo-readable), ``summary.json`` and optionally
-``points.ply`` (keyframe depth, confidence-filtered) and ``trajectory.png``. Without
-``--checkpoint`` the network has random weights and the poses mean nothing (it says so).
-Bad frames are skipped, counted and reported; the run never stops on one.
+INPUT is a dataset sequence as published (TUM RGB-D, EuRoC MAV, KITTI odometry, 7-Scenes:
+detected from its layout, or ``--format``), an image folder (stamps from the file names or
+``--fps``), a video file, or a rosbag2 (sqlite3 or mcap; sensor_msgs/Image or
+CompressedImage). Writes ``trajectory.tum`` (evo-readable; the first camera's optical frame
+as world, named in its header), ``summary.json`` (settings, version, checkpoint hash, stamp
+range, evaluation), with ground truth (the dataset's, or ``--gt``) ``groundtruth.tum`` (the
+same camera, TUM) and ATE/RPE as evo computes them, and optionally ``points.ply``
+(keyframe depth, confidence-filtered) and ``trajectory.png`` (aligned over the ground
+truth). Without ``--checkpoint`` the network has random weights and the poses mean nothing
+(it says so). Bad frames are skipped, counted and reported; the run never stops on one.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
+from .. import __version__
 from ..config import (ATTENTION_BACKENDS, FLASHINFER_VARIANTS, KEYFRAME_POLICIES, KeyframeConfig,
                       PreprocessConfig, SessionConfig)
-from ..session import (PRESETS, FrameRejected, PointAccumulator, ate_rmse, frame_points,
-                       open_session, write_ply)
-from .frame_sources import open_source
+from ..session import (PRESETS, FrameRejected, PointAccumulator, StreamingSession,
+                       frame_points, load_session_model, read_tum, write_tum, write_ply)
+from .datasets import FORMATS, open_dataset
+from .trajectory_eval import evaluate
 
 log = logging.getLogger("lingbot_ros.offline")
 RANDOM_WEIGHTS_NOTICE = (
     "*** NO CHECKPOINT: the network has RANDOM weights; poses, depth and points are NOT "
     "meaningful. Pass --checkpoint lingbot-map.pt for real estimates. ***")
+GT_FRAME = "the dataset's camera (the images read) in the dataset's world"
 
 
-def parse_args(argv):
-    p = argparse.ArgumentParser(prog="lingbot-ros-offline", description=__doc__.splitlines()[0])
-    p.add_argument("input", help="image folder, video file or rosbag2 (dir, .db3 or .mcap)")
+def add_input_args(p: argparse.ArgumentParser) -> None:
+    """How a sequence is read, and its ground truth (shared with lingbot-ros-eval)."""
+    p.add_argument("--format", choices=("auto",) + FORMATS, default="auto",
+                   help="input layout; auto: detected (rgb.txt: tum_rgbd, mav0/: euroc, "
+                   "image_2/ + times.txt: kitti, frame-*.color.png: seven_scenes, else a "
+                   "folder, video or bag)")
+    p.add_argument("--stamps", choices=("auto", "filename", "fps"), default="auto",
+                   help="image folders: stamps from the file names (seconds like "
+                   "1305031102.175304, or integer ns) or from --fps; auto: the names when "
+                   "every one is a time")
+    p.add_argument("--fps", type=float, default=30.0,
+                   help="frame rate for stamps where the input has none (folders of "
+                   "frame_001.png, 7-Scenes, videos without timestamps)")
     p.add_argument("--topic", help="image topic of a bag (default: the only image topic)")
-    p.add_argument("--fps", type=float, default=30.0, help="image folder: frame rate for stamps")
-    p.add_argument("--out", default="lingbot_out", help="output folder (default lingbot_out)")
-    p.add_argument("--checkpoint", help="LingBot-Map weights (.pt or .safetensors)")
+    p.add_argument("--gt", help="ground-truth TUM file of the camera (default: the dataset's "
+                   "own, when it has one)")
+    p.add_argument("--max-diff", type=float, default=0.01,
+                   help="association: largest stamp difference between an estimate and its "
+                   "ground-truth pose, seconds (evo's --t_max_diff)")
+    p.add_argument("--offset", type=float, default=0.0,
+                   help="association: seconds added to the estimate's stamps (evo's "
+                   "--t_offset)")
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """The network and the streaming session (shared with lingbot-ros-eval)."""
+    p.add_argument("--checkpoint", help="LingBot-Map weights (.pt or .safetensors); without "
+                   "it, random weights")
     p.add_argument("--preset", choices=PRESETS, default="tiny",
-                   help="network size without a checkpoint (default tiny)")
+                   help="network size without a checkpoint")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     p.add_argument("--backend", choices=ATTENTION_BACKENDS, default="auto",
                    help="attention backend (auto: flashinfer on CUDA when installed, else "
@@ -47,22 +78,36 @@ def parse_args(argv):
     p.add_argument("--variant", choices=FLASHINFER_VARIANTS, default="auto",
                    help="flashinfer variant (auto: fa3 on Hopper, else fa2)")
     p.add_argument("--width", type=int, default=518, help="model input width (multiple of 14)")
-    p.add_argument("--height", type=int, help="fixed model input height (default: from aspect)")
+    p.add_argument("--height", type=int, help="fixed model input height (default: from the "
+                   "aspect)")
     p.add_argument("--scale-frames", type=int, default=8, help="anchor frames (start-up)")
     p.add_argument("--window", type=int, default=64, help="frames of full context")
-    p.add_argument("--keyframes", choices=KEYFRAME_POLICIES, default="all")
     p.add_argument("--keyframe-n", type=int, default=2, help="every_n interval")
     p.add_argument("--flow-threshold", type=float, default=10.0, help="flow policy, pixels")
-    p.add_argument("--max-gap", type=int, default=30, help="flow policy: max frames between")
+    p.add_argument("--max-gap", type=int, default=30, help="flow policy: max frames between "
+                   "keyframes")
     p.add_argument("--rollover", type=int, default=320,
-                   help="keyframes per window before a new aligned window (0: never)")
+                   help="keyframes per segment before a new aligned one (0: never)")
+    p.add_argument("--max-frames", type=int, help="stop after this many input frames")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="lingbot-ros-offline", description=__doc__.splitlines()[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("input", help="dataset sequence, image folder, video file or rosbag2 "
+                   "(dir, .db3 or .mcap)")
+    p.add_argument("--out", default="lingbot_out", help="output folder")
+    add_input_args(p)
+    add_model_args(p)
+    p.add_argument("--keyframes", choices=KEYFRAME_POLICIES, default="all",
+                   help="keyframe policy")
     p.add_argument("--ply", action="store_true", help="write points.ply from keyframe depth")
     p.add_argument("--ply-stride", type=int, default=4, help="pixel stride for points")
     p.add_argument("--min-conf", type=float, default=1.5, help="depth confidence threshold")
-    p.add_argument("--plot", action="store_true", help="write trajectory.png (needs matplotlib)")
-    p.add_argument("--gt", help="ground-truth TUM file: report the Sim(3)-aligned ATE")
-    p.add_argument("--max-frames", type=int, help="stop after this many input frames")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--plot", action="store_true", help="write trajectory.png: the estimate "
+                   "Sim(3)-aligned over the ground truth (top and side views), the ATE over "
+                   "time, keyframes marked (needs matplotlib)")
     return p.parse_args(argv)
 
 
@@ -73,30 +118,65 @@ def session_config(args) -> SessionConfig:
         keyframes=KeyframeConfig(policy=args.keyframes, n=args.keyframe_n,
                                  flow_threshold=args.flow_threshold, max_gap=args.max_gap),
         preprocess=PreprocessConfig(width=args.width, height=args.height),
-        with_depth=True, return_depth=args.ply, attention_backend=args.backend,
-        flashinfer_variant=args.variant, device=args.device)
+        with_depth=True, return_depth=getattr(args, "ply", False),
+        attention_backend=args.backend, flashinfer_variant=args.variant, device=args.device)
 
 
-def _progress(total, disabled):
+def check_before_run(args) -> None:
+    """What would fail only after the whole sequence: fail now instead."""
+    if getattr(args, "plot", False):
+        from .plot import require_matplotlib
+        require_matplotlib()
+    if args.gt and not Path(args.gt).is_file():
+        raise FileNotFoundError(f"--gt {args.gt} does not exist")
+
+
+def load_model(args):
+    """``(model, random_weights)`` for ``args`` (one load can serve several runs)."""
+    model, random_weights = load_session_model(session_config(args), args.preset,
+                                               args.checkpoint)
+    if random_weights:
+        log.warning(RANDOM_WEIGHTS_NOTICE)
+    return model, random_weights
+
+
+def _progress(total, disabled, what):
     try:
         from tqdm import tqdm
     except ImportError:  # optional: plain runs still work
         return None
-    return tqdm(total=total, unit="frame", disable=disabled, dynamic_ncols=True)
+    # tqdm shows the rate (the live FPS) and, with a total, the ETA.
+    return tqdm(total=total, unit="frame", disable=disabled, dynamic_ncols=True, desc=what)
 
 
-def run(args) -> dict:
+def source_total(source) -> Optional[int]:
+    """Frames the source will give, for the progress bar's total and ETA: its length (image
+    lists, bags from their index), a video's announced frame count; None if unknown."""
+    try:
+        return len(source)
+    except TypeError:
+        return getattr(source, "frame_count", None) or None
+
+
+def run(args, model=None) -> dict:
+    """One sequence through a fresh session; writes the outputs and returns the summary.
+    ``model``: ``(model, random_weights)`` from :func:`load_model` (else loaded here)."""
+    check_before_run(args)
     config = session_config(args)
-    source = open_source(args.input, topic=args.topic, fps=args.fps)
-    session, random_weights = open_session(config, args.preset, args.checkpoint)
-    if random_weights:
-        log.warning(RANDOM_WEIGHTS_NOTICE)
+    dataset = open_dataset(args.input, args.format, args.stamps, args.fps, args.topic)
+    log.info("%s", dataset.description)
+    source = dataset.source
+    model, random_weights = model or load_model(args)
+    session = StreamingSession(model, config)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    points = PointAccumulator() if args.ply else None
-    total = len(source) if hasattr(source, "__len__") else None
-    bar = _progress(args.max_frames or total, args.no_progress)
+    points = PointAccumulator() if getattr(args, "ply", False) else None
+    total = source_total(source)
+    if args.max_frames is not None:
+        total = min(total, args.max_frames) if total is not None else args.max_frames
+    bar = _progress(total, args.no_progress, Path(args.input).name)
     peak = {"bytes_reserved": 0, "tokens_visible": 0}
+    keyframe_flags: list[bool] = []
     t0 = time.perf_counter()
     frames_read = 0
     for frame in source:
@@ -109,6 +189,7 @@ def run(args) -> dict:
             log.warning("frame at %d ns skipped: %s", frame.stamp_ns, exc)
             results = []
         for r in results:
+            keyframe_flags.append(r.keyframe)
             if points is not None and r.keyframe:
                 points.add(*frame_points(r, args.ply_stride, args.min_conf))
         cache = session.info()["cache"]
@@ -121,55 +202,92 @@ def run(args) -> dict:
     if bar is not None:
         bar.close()
     info = session.info()
+    stamps, poses = session.trajectory.snapshot()
+    # A stream that restarted itself (stamps going back) keeps only its last part: the last
+    # results are the trajectory's poses.
+    keyframe_flags = keyframe_flags[len(keyframe_flags) - len(stamps):]
     summary = {
-        "input": str(args.input), "random_weights": random_weights,
-        "checkpoint": args.checkpoint, "preset": None if args.checkpoint else args.preset,
+        "input": str(args.input), "format": dataset.format, "dataset": dataset.description,
+        "version": __version__, "random_weights": random_weights,
+        "checkpoint": checkpoint_identity(args.checkpoint),
+        "preset": None if args.checkpoint else args.preset,
+        "settings": settings_of(args, config, info),
         "frames_read": frames_read, "frames_skipped_by_source": source.stats.total_skipped,
         "source_skipped_by_reason": dict(source.stats.skipped),
         "frames_rejected_by_session": info["rejected_by_reason"],
         "frames_processed": info["frames_processed"], "keyframes": info["keyframes"],
         "non_keyframes": info["non_keyframes"], "rollovers": info["rollovers"],
         "fps": info["frames_processed"] / wall if wall > 0 else None, "wall_s": wall,
-        "latency_ms": info["latency_ms"], "model_hw": info["model_hw"],
-        "cache_peak": peak, "outputs": {},
+        "latency_ms": info["latency_ms"], "cache_peak": peak,
+        "stamps": stamp_range(stamps), "trajectory_frame": "camera_optical in world = the "
+        "first frame's camera_optical (OpenCV axes); monocular scale",
+        "outputs": {},
     }
-    tum = session.trajectory.save_tum(out / "trajectory.tum")
-    summary["outputs"]["trajectory"] = str(tum)
-    if args.gt:
-        summary["ape_rmse_sim3"] = _ape(session, args.gt)
+    summary["outputs"]["trajectory"] = str(session.trajectory.save_tum(out / "trajectory.tum"))
+    gt = _ground_truth(args, dataset)
+    if gt is not None:
+        summary["outputs"]["ground_truth"] = str(write_tum(out / "groundtruth.tum", *gt,
+                                                           frame=GT_FRAME))
+        summary["evaluation"] = evaluate(stamps, poses, gt[0], gt[1],
+                                         max_diff_ns=round(args.max_diff * 1e9),
+                                         offset_ns=round(args.offset * 1e9))
     if points is not None:
         xyz, rgb = points.arrays()
         write_ply(out / "points.ply", xyz, rgb)
         summary["outputs"]["points"] = str(out / "points.ply")
         summary["num_points"] = int(len(xyz))
-    if args.plot:
-        from .plot import plot_trajectory
-        gt = _gt_centres(args.gt) if args.gt else None
-        plot_trajectory(out / "trajectory.png", session.trajectory.poses[:, :3, 3], gt,
+    if getattr(args, "plot", False):
+        from .plot import plot_evaluation
+        plot_evaluation(out / "trajectory.png", stamps, poses,
+                        gt[0] if gt is not None else None, gt[1] if gt is not None else None,
+                        keyframe_mask=np.array(keyframe_flags, bool),
                         title=Path(args.input).name + (" (random weights)" if random_weights
-                                                       else ""))
+                                                       else ""),
+                        max_diff_ns=round(args.max_diff * 1e9),
+                        offset_ns=round(args.offset * 1e9))
         summary["outputs"]["plot"] = str(out / "trajectory.png")
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     return summary
 
 
-def _gt_centres(path) -> np.ndarray:
-    from ..session.poses import read_tum
-    _, poses = read_tum(path)
-    return poses[:, :3, 3]
+def _ground_truth(args, dataset):
+    """``(stamps_ns, poses)`` of the camera: ``--gt`` (TUM) over the dataset's own."""
+    if args.gt:
+        return read_tum(args.gt)
+    return dataset.ground_truth
 
 
-def _ape(session, gt_path) -> float | None:
-    """Sim(3)-aligned ATE RMSE, associating poses by exact stamp."""
-    from ..session.poses import read_tum
-    gt_stamps, gt_poses = read_tum(gt_path)
-    est = dict(zip(session.trajectory.stamps_ns.tolist(), session.trajectory.poses))
-    pairs = [(est[s][:3, 3], p[:3, 3]) for s, p in zip(gt_stamps.tolist(), gt_poses) if s in est]
-    if len(pairs) < 3:
-        log.warning("fewer than 3 estimated poses share a stamp with %s: no ATE", gt_path)
+def checkpoint_identity(path: Optional[str]) -> Optional[dict]:
+    """Name, size and SHA-256 of the weights: which checkpoint made these numbers."""
+    if not path:
         return None
-    e, g = (np.array(x) for x in zip(*pairs))
-    return float(ate_rmse(e, g, align="sim3"))
+    p = Path(path)
+    digest = hashlib.sha256()
+    with open(p, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            digest.update(block)
+    return {"path": str(p.resolve()), "name": p.name, "bytes": p.stat().st_size,
+            "sha256": digest.hexdigest()}
+
+
+def settings_of(args, config: SessionConfig, info: dict) -> dict:
+    """Everything that decides the numbers of a run."""
+    kf = config.keyframes
+    return {"input_size_hw": info["model_hw"], "width": args.width, "height": args.height,
+            "window": config.window, "scale_frames": config.num_scale_frames,
+            "keyframes": {"policy": kf.policy, "n": kf.n, "flow_threshold": kf.flow_threshold,
+                          "max_gap": kf.max_gap},
+            "rollover_keyframes": config.rollover_keyframes, "device": config.device,
+            "attention": info["attention"], "fast_path": info["fast_path"],
+            "fused_kernels": info["fused_kernels"], "max_diff_s": args.max_diff,
+            "offset_s": args.offset}
+
+
+def stamp_range(stamps: np.ndarray) -> dict:
+    if not len(stamps):
+        return {"first_s": None, "last_s": None, "duration_s": 0.0}
+    return {"first_s": int(stamps[0]) / 1e9, "last_s": int(stamps[-1]) / 1e9,
+            "duration_s": (int(stamps[-1]) - int(stamps[0])) / 1e9}
 
 
 def main(argv=None) -> int:
@@ -182,6 +300,9 @@ def main(argv=None) -> int:
         return 2
     print(json.dumps({k: summary[k] for k in ("frames_read", "frames_processed", "keyframes",
                                              "rollovers", "fps", "outputs")}, default=str))
+    evaluation = summary.get("evaluation")
+    if evaluation is not None:
+        print(json.dumps({"evaluation": evaluation}, default=str))
     if summary["random_weights"]:
         log.warning(RANDOM_WEIGHTS_NOTICE)
     return 0

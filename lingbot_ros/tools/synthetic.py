@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .synthetic_sequence import SyntheticSequence
-from .synthetic_writers import write_bag, write_image_folder, write_video
+from .synthetic_writers import write_bag, write_image_folder, write_tum_rgbd, write_video
 
 __all__ = ["SyntheticSequence", "default_intrinsics", "camera_path", "render_view",
            "render_sequence", "main"]
@@ -196,7 +196,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--supersample", type=int, default=1)
     ap.add_argument("--formats", default="folder,video,sqlite3,mcap",
-                    help="comma list of folder, video, sqlite3, mcap")
+                    help="comma list of folder, video, sqlite3, mcap, tum_rgbd")
     args = ap.parse_args(argv)
     seq = render_sequence(args.frames, args.width, args.height, args.fps, args.seed,
                           supersample=args.supersample)
@@ -206,6 +206,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             out = write_image_folder(seq, args.out / "frames")
         elif fmt == "video":
             out = write_video(seq, args.out / "video.avi")
+        elif fmt == "tum_rgbd":
+            out = write_tum_rgbd(seq, args.out / "tum_rgbd")
         elif fmt in ("sqlite3", "mcap"):
             out = write_bag(seq, args.out / f"bag_{fmt}", storage=fmt,
                             compressed_topic="/camera/image_raw/compressed")

@@ -15,7 +15,8 @@ No rclpy: the bag writer uses ``rosbags`` (CDR, Kilted typestore). OpenCV and ro
 imported only by the writers that need them.
 
 CLI: ``python -m lingbot_ros.tools.synthetic OUT_DIR [--frames N] [--width W] [--height H]
-[--formats folder,video,sqlite3,mcap]``.
+[--formats folder,video,sqlite3,mcap,tum_rgbd]``. ``write_tum_rgbd`` writes the TUM RGB-D
+layout (its ground truth in the room's world, at its own 100 Hz clock, as a dataset has it).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ import numpy as np
 from .synthetic_sequence import SyntheticSequence
 
 __all__ = ["Written", "gt_path_for", "write_gt_tum", "write_image_folder", "write_video",
-           "write_bag"]
+           "write_bag", "write_tum_rgbd"]
 
 PathLike = Union[str, Path]
 
@@ -80,6 +81,42 @@ def write_image_folder(seq: SyntheticSequence, folder: PathLike, ext: str = "png
         if not cv2.imwrite(str(out), np.ascontiguousarray(img[..., ::-1])):
             raise RuntimeError(f"OpenCV could not write {out}")
     gt = write_gt_tum(seq, gt_path_for(folder), seq.index_stamps_ns, gt_frame)
+    return Written(folder, gt, len(seq))
+
+
+def write_tum_rgbd(seq: SyntheticSequence, folder: PathLike, gt_rate_hz: float = 100.0
+                   ) -> Written:
+    """The TUM RGB-D layout, as the offline runner reads published sequences: ``rgb/<stamp>.png``,
+    ``rgb.txt`` (``timestamp filename``, seconds with microseconds) and ``groundtruth.txt``
+    (``timestamp tx ty tz qx qy qz qw``: the camera in the room's world, z up). As from a
+    motion-capture system, the ground truth has its own clock: ``gt_rate_hz`` samples of
+    the camera path (interpolated between frames), not the image stamps, so an evaluation
+    has to associate by nearest stamp. ``Written.gt_path`` is ``groundtruth.txt``."""
+    from ..session.poses import format_stamp, interpolate_poses, matrix_to_tq
+    cv2 = _cv2()
+    folder = Path(folder)
+    (folder / "rgb").mkdir(parents=True, exist_ok=True)
+    # TUM stamps have microseconds: round the images' stamps to them.
+    stamps = (np.asarray(seq.stamps_ns, np.int64) // 1000) * 1000
+    lines = ["# color images", "# synthetic room (lingbot_ros.tools.synthetic)",
+             "# timestamp filename"]
+    for stamp, img in zip(stamps, seq.images):
+        name = f"rgb/{format_stamp(int(stamp))[:-3]}.png"  # seconds with 6 decimals
+        if not cv2.imwrite(str(folder / name), np.ascontiguousarray(img[..., ::-1])):
+            raise RuntimeError(f"OpenCV could not write {folder / name}")
+        lines.append(f"{format_stamp(int(stamp))[:-3]} {name}")
+    (folder / "rgb.txt").write_text("\n".join(lines) + "\n")
+    period = round(1e9 / gt_rate_hz)
+    gt_stamps = np.arange(stamps[0] - 3 * period // 2, stamps[-1] + 2 * period, period)
+    gt_stamps = gt_stamps[(gt_stamps >= stamps[0]) & (gt_stamps <= stamps[-1])]
+    gt_poses = interpolate_poses(stamps, seq.c2w, gt_stamps)
+    t, q = matrix_to_tq(gt_poses)
+    gt_lines = ["# ground truth trajectory", "# synthetic room: the camera's optical frame",
+                "# timestamp tx ty tz qx qy qz qw"]
+    for stamp, ti, qi in zip(gt_stamps, t, q):
+        gt_lines.append(" ".join([f"{int(stamp) / 1e9:.4f}"] + [f"{v:.6f}" for v in (*ti, *qi)]))
+    gt = folder / "groundtruth.txt"
+    gt.write_text("\n".join(gt_lines) + "\n")
     return Written(folder, gt, len(seq))
 
 

@@ -41,6 +41,9 @@ def test_save_trajectory_is_read_by_evo(tmp_path, ros_env):
         reply = save(probe, out)
         assert reply.success, reply.message
         assert reply.num_poses == FRAMES and str(out.resolve()) in reply.message
+        # The file names its frame (a bare camera here: the camera frame is tracked).
+        assert out.read_text().splitlines()[0].startswith(
+            "# frame: camera_optical_frame in map (REP-105, as ~/pose)")
 
         # Not writable: a missing folder, an empty path. Nothing is written, the node says why.
         missing = tmp_path / "no_such_dir" / "t.tum"

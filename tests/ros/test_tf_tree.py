@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from scipy.spatial.transform import Rotation, Slerp
 
 from lingbot_ros.ros.tf_tree import (ExtrapolationError, NotConnectedError, Reparent,
-                                     TransformError, TransformTree, UnknownFrameError, slerp)
-from lingbot_ros.session import tq_to_matrix
+                                     TransformError, TransformTree, UnknownFrameError)
+from lingbot_ros.session import slerp, tq_to_matrix
 
 S = 10**9  # ns per second
 

@@ -2,7 +2,6 @@
 before it, nothing in the trajectory, and the stream goes on as if it had never come."""
 import numpy as np
 import pytest
-import torch
 
 from lingbot_ros.session import FrameFailed
 from tests.session.test_streaming_session import DT, STAMP0, frames, session

@@ -2,8 +2,6 @@
 atomically like write_tum (never through a link, no temporary file left behind)."""
 import os
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np

@@ -276,3 +276,14 @@ def test_trajectory_is_thread_safe():
     stop.set()
     t.join()
     assert len(traj) == 2000
+
+
+def test_a_tum_file_names_its_frame_in_a_comment_that_readers_skip(tmp_path):
+    from lingbot_ros.session import Trajectory
+    traj = Trajectory()
+    traj.append(1, np.eye(4))
+    path = traj.save_tum(tmp_path / "t.tum")
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# frame: camera_optical") and "first frame" in first
+    stamps, poses = read_tum(path)
+    assert stamps.tolist() == [1] and np.array_equal(poses[0], np.eye(4))

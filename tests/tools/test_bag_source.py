@@ -25,6 +25,7 @@ def test_bag_raw_and_compressed_topics(seq, tmp_path, storage):
                                            "/camera/image_raw/compressed":
                                                "sensor_msgs/msg/CompressedImage"}
     raw = BagSource(out.path, "/camera/image_raw")
+    assert len(raw) == len(seq)  # from the bag's index, before reading: a progress total
     frames = list(raw)
     assert [f.stamp_ns for f in frames] == seq.stamps_ns.tolist()
     assert all(f.encoding == "rgb8" for f in frames)

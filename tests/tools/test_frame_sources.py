@@ -149,6 +149,34 @@ def test_folder_stamps_from_file_names(tmp_path):
     assert src.stats.skipped == {"non_monotonic_stamp": 1, "bad_stamp": 1}
 
 
+def test_folder_stamps_from_nanosecond_names(tmp_path):
+    """EuRoC names: an integer of 16+ digits is nanoseconds, exactly (no float on the way)."""
+    img = np.zeros((4, 4, 3), np.uint8)
+    for name in ("1403636579813555456.png", "1403636579763555584.png", "20.png"):
+        cv2.imwrite(str(tmp_path / name), img)
+    src = ImageFolderSource(tmp_path, stamps="filename")
+    assert src.name_kind is None  # mixed names: "20" is neither kind
+    assert [f.stamp_ns for f in src] == [20_000_000_000, 1403636579763555584,
+                                         1403636579813555456]  # short integers: seconds
+    (tmp_path / "20.png").unlink()
+    auto = ImageFolderSource(tmp_path, stamps="auto")
+    assert (auto.stamps, auto.name_kind) == ("filename", "nanoseconds")
+    assert [f.stamp_ns for f in auto] == [1403636579763555584, 1403636579813555456]
+
+
+def test_folder_filename_stamps_are_ordered_by_time_and_auto_falls_back_to_fps(tmp_path):
+    img = np.zeros((4, 4, 3), np.uint8)
+    for name in ("1.5.png", "1.25.png", "10.0.png"):  # natural order would be 1.5 < 1.25
+        cv2.imwrite(str(tmp_path / name), img)
+    src = ImageFolderSource(tmp_path, stamps="auto")
+    assert (src.stamps, src.name_kind) == ("filename", "seconds")
+    assert [f.stamp_ns for f in src] == [1_250_000_000, 1_500_000_000, 10_000_000_000]
+    cv2.imwrite(str(tmp_path / "frame_1.png"), img)
+    src = ImageFolderSource(tmp_path, fps=4, stamps="auto")
+    assert src.stamps == "fps"
+    assert [f.stamp_ns for f in src] == [0, 250_000_000, 500_000_000, 750_000_000]
+
+
 def test_folder_open_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         ImageFolderSource(tmp_path / "nope")

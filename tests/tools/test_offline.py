@@ -46,7 +46,14 @@ def test_image_folder_with_a_corrupt_file_ply_plot_and_gt(tmp_path, seq):
     assert s["frames_read"] == 15 and s["frames_skipped_by_source"] == 1
     assert s["frames_processed"] == 15 and s["rollovers"] >= 1
     assert s["keyframes"] + s["non_keyframes"] == 15
-    assert s["ape_rmse_sim3"] is not None and np.isfinite(s["ape_rmse_sim3"])
+    ate = s["evaluation"]["ate_sim3"]
+    assert s["evaluation"]["error"] is None and np.isfinite(ate["rmse"])
+    assert s["evaluation"]["associated"] == 15
+    assert (out / "groundtruth.tum").is_file()
+    # What made the numbers: settings, version, stamp range.
+    assert s["settings"]["window"] == 4 and s["settings"]["keyframes"]["policy"] == "every_n"
+    assert s["settings"]["input_size_hw"] == [42, 56] and s["version"]
+    assert s["stamps"]["duration_s"] == pytest.approx(15 / 30, abs=1e-6)
     xyz, rgb = read_ply(out / "points.ply")
     assert len(xyz) == s["num_points"] > 0 and np.isfinite(xyz).all() and rgb.dtype == np.uint8
     assert (out / "trajectory.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -84,3 +91,49 @@ def test_bag_through_the_console_entry_point(tmp_path, seq, storage):
 
 def test_missing_input_is_a_clear_error(tmp_path, capsys):
     assert main([str(tmp_path / "nope"), "--out", str(tmp_path / "o"), *FAST]) == 2
+
+
+def test_plot_without_matplotlib_fails_before_the_run(tmp_path, seq, monkeypatch, caplog):
+    written = write_image_folder(seq, tmp_path / "frames")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    out = tmp_path / "out"
+    assert main([str(written.path), "--out", str(out), "--plot", *FAST]) == 2
+    assert "--plot needs matplotlib" in caplog.text
+    assert not out.exists()  # nothing ran
+
+
+def test_help_shows_every_default(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for default in ("(default: 30.0)", "(default: 0.01)", "(default: 518)", "(default: auto)",
+                    "(default: lingbot_out)", "(default: 64)"):
+        assert default in text, default
+
+
+def test_progress_totals_come_from_the_source(tmp_path, seq):
+    from lingbot_ros.tools.frame_sources import open_source
+    from lingbot_ros.tools.offline import source_total
+    assert source_total(open_source(write_video(seq, tmp_path / "clip.avi").path)) == len(seq)
+    assert source_total(open_source(write_bag(seq, tmp_path / "bag", storage="mcap").path)) == \
+        len(seq)
+    assert source_total(open_source(write_image_folder(seq, tmp_path / "f").path)) == len(seq)
+
+
+def test_ground_truth_shifted_by_a_millisecond_still_associates(tmp_path, seq):
+    """The issue's case: exact stamp matching found nothing; evo's nearest-stamp rule (10 ms)
+    associates every pose, and the numbers are evo's (tests/tools/test_trajectory_eval.py)."""
+    from lingbot_ros.session import read_tum, write_tum
+    written = write_image_folder(seq, tmp_path / "frames")
+    stamps, poses = read_tum(written.gt_path)
+    shifted = tmp_path / "shifted.tum"
+    write_tum(shifted, stamps + 1_000_000, poses)
+    out = tmp_path / "out"
+    assert main([str(written.path), "--out", str(out), "--gt", str(shifted), *FAST]) == 0
+    ev = read_summary(out)["evaluation"]
+    assert ev["error"] is None and ev["associated"] == len(seq)
+    too_strict = tmp_path / "strict"
+    assert main([str(written.path), "--out", str(too_strict), "--gt", str(shifted),
+                 "--max-diff", "0.0005", *FAST]) == 0
+    ev = read_summary(too_strict)["evaluation"]
+    assert ev["associated"] == 0 and "--max-diff" in ev["error"]

@@ -1,0 +1,41 @@
+"""A rosbag2 (sqlite3 or mcap directory or storage file) or ROS 1 bag (``--format bag``),
+read by :class:`lingbot_ros.tools.bag_source.BagSource`: one image topic (``topic=None``
+picks the only one), stamps from the message headers (``stamps='auto'`` or ``'header'``) or
+the record times (``'bag'``). No ground truth.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from ..bag_source import BagSource
+from .common import Dataset
+
+__all__ = ["NAME", "LOOKS_FOR", "BAG_SUFFIXES", "locate", "missing", "open_bag"]
+
+NAME = "bag"
+LOOKS_FOR = "metadata.yaml or a .db3/.mcap/.bag file"
+BAG_SUFFIXES = (".db3", ".mcap", ".bag")
+
+
+def locate(path: Path) -> Optional[Path]:
+    if (path.is_dir() and (path / "metadata.yaml").is_file()) or (
+            path.is_file() and path.suffix.lower() in BAG_SUFFIXES):
+        return path
+    return None
+
+
+def missing(path: Path) -> str:
+    if path.is_dir():
+        return f"{path / 'metadata.yaml'} does not exist"
+    return f"{path} is not a {'/'.join(BAG_SUFFIXES)} file"
+
+
+def open_bag(path: Path, *, stamps: str = "auto", fps: float = 30.0,
+             topic: Optional[str] = None) -> Dataset:
+    if stamps not in ("auto", "header", "bag"):
+        raise ValueError(f"bag stamps must be 'auto', 'header' or 'bag', got {stamps!r}")
+    source = BagSource(path, topic, "header" if stamps == "auto" else stamps)
+    how = "header stamps" if source.stamp_source == "header" else "record times"
+    desc = f"bag {path.name}: topic {source.topic} ({source.msgtype}), {how}"
+    return Dataset(source, None, NAME, desc, path)
