@@ -296,7 +296,7 @@ class SessionConfig:
 
 # --- ROS node I/O (topics, frames, QoS, publishing) ------------------------------------------
 
-IMAGE_QOS = ("sensor_data", "reliable")
+IMAGE_QOS = ("auto", "sensor_data", "reliable")
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,7 +306,7 @@ class NodeConfig:
     image_topic: str = "image"
     use_compressed: bool = False  # subscribe <image_topic>/compressed (CompressedImage)
     camera_info_topic: str = "camera_info"
-    image_qos: str = "sensor_data"  # sensor_data (best effort) | reliable
+    image_qos: str = "auto"  # auto (fits the publishers) | sensor_data (best effort) | reliable
     image_qos_depth: int = 5
     queue_size: int = 2  # latest-wins queue between the callback and the worker
     # REP-105 frames. ``base_frame`` "" = camera-only mode (a bare camera: the camera frame

@@ -21,7 +21,7 @@ import rclpy
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import qos_profile_sensor_data
 from rclpy.task import Future
 from sensor_msgs.msg import CameraInfo
 from std_msgs.msg import Header
@@ -31,6 +31,7 @@ from ..session import (FrameFailed, FrameRejected, LatencyWindow, StreamingSessi
 from . import params
 from .convert import ImageLimits, ImageRejected, compressed_to_array, image_to_array
 from .frame_queue import FrameQueue
+from .image_input import ImageInput
 from .messages import ns_to_stamp, stamp_to_ns
 from .outputs import Outputs
 from .robot_frames import RobotFrames, extrinsic_summary, tf_tree_mode
@@ -38,7 +39,6 @@ from .services import Services
 from .status import Status
 from .tf_listener import TfListener
 from .tf_tree import TransformTree
-from .topics import image_subscription
 
 NODE_NAME = "lingbot_ros"
 
@@ -76,6 +76,7 @@ class LingbotNode(LifecycleNode):
         self.paused = False  # ~/pause: images are dropped (counted) while set
         self.robot_frames: Optional[RobotFrames] = None  # the TF chain; while active
         self._tf_listener: Optional[TfListener] = None
+        self.image_input: Optional[ImageInput] = None  # the image subscription; while active
         self._last_tf_warning = -math.inf
         self._last_reject_warning: dict[str, float] = {}  # reason -> time.monotonic()
         self._queue = None
@@ -146,18 +147,13 @@ class LingbotNode(LifecycleNode):
         self._queue = FrameQueue(cfg.queue_size)
         self._outputs = Outputs(self, cfg, tree)
         self._status = Status(self)
-        qos = QoSProfile(depth=cfg.image_qos_depth, reliability=(
-            ReliabilityPolicy.BEST_EFFORT if cfg.image_qos == "sensor_data"
-            else ReliabilityPolicy.RELIABLE))
-        topic, msg_type = image_subscription(self, cfg)  # remaps applied before /compressed
-        self._subs = [
-            self.create_subscription(msg_type, topic, self._on_image, qos),
-            self.create_subscription(CameraInfo, cfg.camera_info_topic, self._on_camera_info,
-                                     qos_profile_sensor_data)]
+        self.image_input = ImageInput(self, cfg, self._on_image)  # its QoS fits the camera
+        self._subs = [self.create_subscription(CameraInfo, cfg.camera_info_topic,
+                                               self._on_camera_info, qos_profile_sensor_data)]
         self._stop.clear()
         self._worker = threading.Thread(target=self._work, name="lingbot_worker", daemon=True)
         self._worker.start()
-        self.get_logger().info(f"active: listening on {self.resolve_topic_name(topic)}; TF: "
+        self.get_logger().info(f"active: listening on {self.image_input.topic}; TF: "
                                f"{tf_tree_mode(cfg)}")
         return super().on_activate(state)
 
@@ -195,6 +191,9 @@ class LingbotNode(LifecycleNode):
         return SetParametersResult(successful=True)
 
     def _stop_io(self) -> None:
+        if self.image_input is not None:
+            self.image_input.destroy()
+            self.image_input = None
         for sub in self._subs:
             self.destroy_subscription(sub)
         self._subs = []

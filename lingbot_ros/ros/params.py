@@ -69,7 +69,8 @@ PARAMS: tuple[Param, ...] = (
     Param("topics.image", "image", "image topic (remappable)"),
     Param("topics.use_compressed", False, "subscribe <topics.image>/compressed instead"),
     Param("topics.camera_info", "camera_info", "camera info topic (optional input)"),
-    Param("qos.image", "sensor_data", "sensor_data (best effort) | reliable",
+    Param("qos.image", "auto", "auto (reliable when every image publisher is, else best "
+          "effort; re-checked every second) | sensor_data (best effort) | reliable",
           choices=IMAGE_QOS),
     Param("qos.image_depth", 5, "image subscription history depth", 1, 1000),
     Param("queue_size", 2, "latest-wins frames between callback and worker", 1, 100),

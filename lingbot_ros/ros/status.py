@@ -98,6 +98,8 @@ class Status:
             None if n.last_processed_time is None else now - n.last_processed_time,
             n.last_error, n.last_restart, idle, topic, override)
         extra = {"paused": n.paused}
+        if n.image_input is not None:
+            extra["image_qos"] = n.image_input.describe()
         if frames is not None:
             extra.update(frames.describe())
         extra.update(n.outputs_info())

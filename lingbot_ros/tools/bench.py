@@ -55,6 +55,40 @@ CONFIGS = {  # name -> overrides of the default setup
     "split8": {"kv_splits": 8},
     "unfused": {"fused_kernels": "off"},  # q/k norm + RoPE as separate torch ops
 }
+SETTINGS_WIDTHS = (518, 392, 294, 224)  # the "pick your settings" table: widths x windows x
+SETTINGS_WINDOWS = (64, 32, 16)  # keyframe policies, at aspect 4:3
+SETTINGS_POLICIES = {"all": KeyframeConfig(), "every2": KeyframeConfig(policy="every_n", n=2)}
+
+
+def height_for(width: int, aspect: float = 4 / 3, patch: int = 14) -> int:
+    """The model input height of a ``width`` at ``aspect`` (W/H), on the patch grid."""
+    return max(patch, round(width / aspect / patch) * patch)
+
+
+def settings_config(name: str) -> dict:
+    """Overrides of a sweep config named ``w<W>_win<N>_<all|every2>`` (ValueError else)."""
+    parts = name.split("_")
+    try:
+        width, window, policy = int(parts[0][1:]), int(parts[1][3:]), parts[2]
+        if len(parts) != 3 or parts[0][0] != "w" or not parts[1].startswith("win"):
+            raise ValueError
+        keyframes = SETTINGS_POLICIES[policy]
+    except (ValueError, IndexError, KeyError):
+        raise ValueError(f"not a settings config: {name!r} (w<width>_win<window>_"
+                         f"<{'|'.join(SETTINGS_POLICIES)}>)") from None
+    return {"hw": (height_for(width), width), "window": window, "keyframes": keyframes}
+
+
+def settings_configs() -> list[str]:
+    """Every combination of the settings table, widest and largest window first."""
+    return [f"w{w}_win{n}_{p}" for w in SETTINGS_WIDTHS for n in SETTINGS_WINDOWS
+            for p in SETTINGS_POLICIES]
+
+
+def overrides_of(name: str) -> dict:
+    return CONFIGS[name] if name in CONFIGS else settings_config(name)
+
+
 def _percentile(values, q):
     return float(np.percentile(np.asarray(values), q)) if values else None
 
@@ -75,7 +109,8 @@ def _model(args, iterations: int, device: str):
 def _session_config(args, over: dict, device: str, **extra) -> SessionConfig:
     h, w = over.get("hw", (args.height, args.width))
     fields = dict(
-        num_scale_frames=8, window=64, rollover_keyframes=args.rollover or None,
+        num_scale_frames=8, window=over.get("window", 64),
+        rollover_keyframes=args.rollover or None,
         keyframes=over.get("keyframes", KeyframeConfig()),
         preprocess=PreprocessConfig(width=w, height=h), with_depth=over.get("with_depth", True),
         return_depth=False, attention_backend=args.backend, flashinfer_variant=args.variant,
@@ -90,8 +125,31 @@ def _images(hw, count: int = 8) -> list[np.ndarray]:
     return [(rng.random(hw + (3,)) * 255).astype(np.uint8) for _ in range(count)]
 
 
+def steady_frame_gflops(model, cfg: SessionConfig, images) -> float:
+    """Model GFLOPs of one streaming frame once the window is full (anchors + window
+    committed), counted by torch's FlopCounterMode on the eager torch_ref path (whose
+    attention is dense SDPA, run as matmuls so it is counted too). Keyframe policy ``all``: a speculative
+    frame of another policy sees one page more (under 2 % here)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+    ref = replace(cfg, cuda_graphs=False, attention_backend="torch_ref", fused_kernels="off",
+                  keyframes=KeyframeConfig(), rollover_keyframes=None)
+    session = StreamingSession(model, ref)
+    filled = ref.num_scale_frames + ref.window
+    for i in range(filled):
+        session.push(images[i % len(images)], 1_000 + i * 33_333_333)
+    # The math SDPA backend is matmuls the counter sees (the fused CPU/GPU kernels it may not).
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        results = session.push(images[0], 1_000 + filled * 33_333_333)
+    if len(results) != 1:  # a restart or the anchor phase would count something else
+        raise RuntimeError("the FLOP count did not measure one streaming frame")
+    del session
+    gc.collect()
+    return counter.get_total_flops() / 1e9
+
+
 def run_config(name: str, args, device: str, frames: int) -> dict:
-    over = CONFIGS[name]
+    over = overrides_of(name)
     cfg = _session_config(args, over, device)
     h, w = cfg.preprocess.height, cfg.preprocess.width
     model = _model(args, over.get("iterations", 4), device)
@@ -143,6 +201,10 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
                                                 "tokens_visible", "bytes_reserved")},
     }
     result["last_over_first"] = result["fps_last_10pct"] / result["fps_first_10pct"]
+    result["window"] = cfg.window
+    result["scale_frames"] = cfg.num_scale_frames
+    if args.flops:
+        result["gflops_per_frame"] = steady_frame_gflops(model, cfg, images)
     if profile is not None:
         result.update(profile)
     del session
@@ -193,7 +255,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="lingbot-ros-bench", description=__doc__.splitlines()[0])
     p.add_argument("--frames", type=int, default=3000)
     p.add_argument("--configs", default="default",
-                   help=f"comma list of {list(CONFIGS)}, each optionally name:frames")
+                   help=f"comma list of {list(CONFIGS)} or settings-table configs "
+                   "w<width>_win<window>_<all|every2>, each optionally name:frames; "
+                   "'settings' = every combination of the table (widths "
+                   f"{SETTINGS_WIDTHS}, windows {SETTINGS_WINDOWS}, all/every2)")
+    p.add_argument("--flops", action="store_true",
+                   help="also count the model GFLOPs of a steady frame (eager torch_ref)")
     p.add_argument("--height", type=int, default=378)
     p.add_argument("--width", type=int, default=504)
     p.add_argument("--preset", default="official", choices=("official", "tiny"))
@@ -214,10 +281,18 @@ def main(argv=None) -> int:
     args.backend = args.backend or ("flashinfer" if args.device.startswith("cuda")
                                     else "torch_ref")
     runs = []
+    items = []
     for item in (c.strip() for c in args.configs.split(",") if c.strip()):
         name, _, count = item.partition(":")
-        if name not in CONFIGS:
-            p.error(f"unknown config {name!r}; choose from {list(CONFIGS)}")
+        items += ([f"{c}:{count}" if count else c for c in settings_configs()]
+                  if name == "settings" else [item])
+    for item in items:
+        name, _, count = item.partition(":")
+        try:
+            overrides_of(name)
+        except ValueError:
+            p.error(f"unknown config {name!r}; choose from {list(CONFIGS)} or "
+                    "w<width>_win<window>_<all|every2>")
         if count and not count.isdigit():
             p.error(f"bad frame count in {item!r}: use name:frames")
         runs.append((name, int(count) if count else args.frames))
@@ -235,17 +310,19 @@ def main(argv=None) -> int:
                 p.error(f"unknown parity config {name!r}; choose from {list(CONFIGS)}")
             report["parity"].append(run_parity(args, args.device, name))
             print("parity: " + json.dumps(report["parity"][-1]), flush=True)
-    print(f"{'config':<9} {'path':<11} {'p50 ms':>7} {'p90 ms':>7} {'p99 ms':>7} {'FPS':>6} "
+    print(f"{'config':<15} {'path':<11} {'p50 ms':>7} {'p90 ms':>7} {'p99 ms':>7} {'FPS':>6} "
           f"{'1st 10%':>8} {'last 10%':>9} {'peak GiB':>9} {'steady GiB':>11}")
     for name, frames in runs:
         r = run_config(name, args, args.device, frames)
         report["runs"].append(r)
         steady = r["gpu_steady_gib"]
         lat = r["latency_ms"]
-        print(f"{name:<9} {r['fast_path'][:11]:<11} {lat['p50']:>7.2f} {lat['p90']:>7.2f} "
+        print(f"{name:<15} {r['fast_path'][:11]:<11} {lat['p50']:>7.2f} {lat['p90']:>7.2f} "
               f"{lat['p99']:>7.2f} {r['fps_overall']:>6.1f} {r['fps_first_10pct']:>8.1f} "
               f"{r['fps_last_10pct']:>9.1f} {r['gpu_peak_gib'] or 0:>9.2f} "
-              f"{(steady or {}).get('max', 0):>11.2f}", flush=True)
+              f"{(steady or {}).get('max', 0):>11.2f}"
+              + (f" {r['gflops_per_frame']:>8.1f} GFLOP" if "gflops_per_frame" in r else ""),
+              flush=True)
         for key in ("gpu_ms_per_frame", "gpu_ms_per_stage"):
             if key in r:
                 print(f"   {key}: " + ", ".join(f"{k} {v}" for k, v in r[key].items()),

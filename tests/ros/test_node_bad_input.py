@@ -71,7 +71,10 @@ def test_bad_messages_are_counted_and_skipped(tmp_path, ros_env):
         assert values["processed"] == str(len(good))
         assert "failed" not in values
 
-        last = probe.snapshot("status")[-1].msg
+        last = probe.wait_until(  # statuses come on their own topic: wait for the last one
+            lambda: next((g.msg for g in probe.snapshot("status")
+                          if g.msg.frame_index == len(good) - 1), None), 15,
+            "the status of the last good frame")
         assert last.frames_rejected == len(reasons)
         assert last.frames_processed == len(good) and last.frames_dropped == 0
         assert last.frame_index == len(good) - 1

@@ -59,9 +59,11 @@ def test_pause_drops_and_counts_images_and_resume_goes_on(tmp_path, ros_env):
         assert reply.success and reply.message == "resumed"
         send(probe, images[10:])
         probe.wait_until(lambda: len(probe.poses) >= 10, 60, "poses after resuming")
-        # The stream was kept: the frames after the pause continue its indices.
-        last = probe.snapshot("status")[-1].msg
-        assert last.frame_index == 9 and last.state == last.STATE_TRACKING
+        # The stream was kept: the frames after the pause continue its indices (statuses
+        # come on their own topic: wait for the last one).
+        probe.wait_until(lambda: [g for g in probe.snapshot("status")
+                                  if g.msg.frame_index == 9], 30, "the status of frame 9")
+        assert sorted(g.msg.frame_index for g in probe.snapshot("status")) == list(range(10))
     assert node.poll() is not None
 
 

@@ -83,7 +83,15 @@ def test_tf_tree_odometry_depth_and_map_on_a_robot(tmp_path, ros_env):
         np.testing.assert_allclose(matrix_of(poses[stamps[0]].pose), np.eye(4), atol=1e-6)
 
         # /tf: map -> odom (identity) and odom -> base_link per image stamp; nothing else: the
-        # camera keeps its one parent (the robot's camera_link).
+        # camera keeps its one parent (the robot's camera_link). (Each output has its own
+        # topic: wait for all of them, not only for the poses.)
+        def tf_count():
+            return sum(1 for t in probe.published_transforms()
+                       if t.child_frame_id == "base_link")
+        probe.wait_until(lambda: tf_count() >= FRAMES, 30, lambda: f"{FRAMES} odom -> base_link "
+                         f"transforms (got {tf_count()})")
+        probe.wait_until(lambda: len(probe.snapshot("camera_info")) >= FRAMES, 30,
+                         "camera_info per frame")
         by_child = {}
         for t in probe.published_transforms():
             by_child.setdefault((t.header.frame_id, t.child_frame_id), {})[
@@ -120,6 +128,8 @@ def test_tf_tree_odometry_depth_and_map_on_a_robot(tmp_path, ros_env):
 
         # ~/camera_info at the input size, ~/depth + ~/depth/camera_info at the model's.
         probe.wait_until(lambda: len(probe.snapshot("depth")) >= FRAMES, 30, "depth images")
+        probe.wait_until(lambda: len(probe.snapshot("depth_info")) >= FRAMES, 30,
+                         "depth camera_info")
         infos = {stamp_ns(g.msg.header.stamp): g.msg for g in probe.snapshot("camera_info")}
         depth_infos = {stamp_ns(g.msg.header.stamp): g.msg
                        for g in probe.snapshot("depth_info")}

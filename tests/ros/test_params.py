@@ -68,7 +68,7 @@ def test_defaults_build():
     assert s.session.max_special_frames is None and s.session.max_cache_bytes is None
     assert s.session.preprocess.width == 518 and s.session.preprocess.height is None
     assert s.session.rollover_keyframes == 320
-    assert s.node.queue_size == 2 and s.node.image_qos == "sensor_data"
+    assert s.node.queue_size == 2 and s.node.image_qos == "auto"
     assert s.node.base_frame == "base_link" and s.node.path_max_poses == 10_000
     assert s.node.publish_map_to_odom and s.node.publish_odom_to_base
     assert s.session.return_depth  # ~/depth is on by default: results carry the depth map

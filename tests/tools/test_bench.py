@@ -39,3 +39,27 @@ def test_bench_reports_latency_fps_memory_cache_and_parity_per_config(tmp_path):
     assert set(stages) >= {"dino", "frame_block", "global_block", "global_attention",
                            "camera_head", "depth_head", "global_block_without_attention"}
     assert 0 < stages["global_attention"] < stages["global_block"]
+
+
+def test_settings_table_configs_and_the_flop_count(tmp_path):
+    """The settings sweep: names -> (4:3 input on the patch grid, window, policy); the GFLOPs
+    of a steady frame grow with the input and with the window."""
+    import pytest
+
+    from lingbot_ros.tools.bench import height_for, settings_config, settings_configs
+    assert [height_for(w) for w in (518, 392, 294, 224)] == [392, 294, 224, 168]
+    names = settings_configs()
+    assert len(names) == 4 * 3 * 2 and names[0] == "w518_win64_all"
+    over = settings_config("w294_win16_every2")
+    assert over["hw"] == (224, 294) and over["window"] == 16 and over["keyframes"].n == 2
+    for bad in ("w294_win16", "x294_win16_all", "w294_win16_often", "w294_wind16_all"):
+        with pytest.raises(ValueError, match="not a settings config"):
+            settings_config(bad)
+    out = tmp_path / "bench.json"
+    assert main(["--preset", "tiny", "--device", "cpu", "--configs",
+                 "w56_win2_all:20,w56_win4_all:20,w84_win2_every2:20", "--flops",
+                 "--out", str(out)]) == 0
+    runs = {r["config"]: r for r in json.loads(out.read_text())["runs"]}
+    assert runs["w56_win2_all"]["input_hw"] == [42, 56] and runs["w56_win2_all"]["window"] == 2
+    g = {k: r["gflops_per_frame"] for k, r in runs.items()}
+    assert 0 < g["w56_win2_all"] < g["w56_win4_all"] < g["w84_win2_every2"]
