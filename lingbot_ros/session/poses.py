@@ -6,8 +6,9 @@ Frames (see docs/session.md):
 * **body** -- REP-103 camera body (``camera_link``): x forward, y left, z up.
 * **model world** -- the model's c2w poses map optical-frame points into the world of the
   stream, which is the *first frame's optical frame* (``c2w[0] ≈ I``).
-* **map** -- defined here as the *first frame's body frame*, so z is up in ``map`` when the
-  camera started level, and ``map -> camera`` is what a ROS node publishes.
+* **map** -- here the *first frame's body frame*, so z is up in ``map`` when the camera
+  started level: a bare camera's map. (On a robot the node's map is base_link at the first
+  frame instead: ``lingbot_ros/ros/frames.py`` composes the robot's extrinsic from TF.)
 
 ``T_a_b`` is the pose of frame b in frame a (maps b-coordinates to a-coordinates). With
 ``T_body_optical`` the fixed mount of the optical frame in the body frame:
