@@ -182,9 +182,11 @@ class KeyframeConfig:
 # The allowed values of each setting, used by the configs below, the ROS parameter table
 # (ros/params.py), the attention backends and the fused-kernel switch (model/qk_fused.py).
 PRECISIONS = ("auto", "fp32", "bf16")  # model precision: auto = bf16 aggregator on CUDA
+HEAD_PRECISIONS = ("fp32", "bf16")  # camera head; bf16 missed the 1e-2 pose bound (performance.md)
 ATTENTION_BACKENDS = ("auto", "torch_ref", "flashinfer")
 FLASHINFER_VARIANTS = ("auto", "fa2", "fa3")
 FUSED_KERNEL_MODES = ("auto", "on", "off")
+FUSED_KERNEL_NAMES = ("qk_rope", "add_norm", "kv_write", "split_merge")  # model.FusedKernels
 MAX_KV_SPLITS = 8  # flashinfer split-KV parts per attention call: 1..MAX_KV_SPLITS
 STAMP_BACKWARDS_POLICIES = ("reset", "drop")  # a stamp not after the previous frame's
 
@@ -226,7 +228,8 @@ class SessionConfig:
     flashinfer_variant: str = "auto"  # auto (fa3 on Hopper, else fa2) | fa2 | fa3
     cuda_graphs: bool = True  # replay streaming steps as CUDA graphs (CUDA + flashinfer only)
     kv_splits: int = 4  # flashinfer split-KV parts per attention call (at most num_scale_frames + 2)
-    fused_kernels: str = "auto"  # fused q/k-norm + RoPE Triton kernel: auto (CUDA + bf16) | on | off
+    fused_kernels: str = "auto"  # fused Triton kernels (q/k norm + RoPE, residual + LayerNorm, K/V write, split-KV merge): auto (CUDA + bf16) | on | off
+    fused_kernels_off: tuple = ()  # single fused kernels left off, to measure each alone: qk_rope, add_norm, kv_write, split_merge
     device: str = "cpu"  # torch device of the model and caches
     on_stamp_backwards: str = "reset"  # reset | drop
     max_gap_s: Optional[float] = 10.0  # a forward stamp jump over this resets; None: never
@@ -273,6 +276,10 @@ class SessionConfig:
         if self.fused_kernels not in FUSED_KERNEL_MODES:
             raise ValueError(f"fused_kernels must be one of {FUSED_KERNEL_MODES}, "
                              f"got {self.fused_kernels!r}")
+        unknown = sorted(set(self.fused_kernels_off) - set(FUSED_KERNEL_NAMES))
+        if unknown:
+            raise ValueError(f"fused_kernels_off: unknown kernel(s) {unknown}; choose from "
+                             f"{FUSED_KERNEL_NAMES}")
         if not isinstance(self.device, str) or not self.device:
             raise ValueError(f"device must be a torch device string, got {self.device!r}")
         check_kv_splits(self.kv_splits)

@@ -202,7 +202,11 @@ def preprocess(image: np.ndarray, encoding: str, config: PreprocessConfig = Prep
     dtype = image.dtype
     # torch.from_numpy needs a writeable array; message buffers are often read-only views
     x = torch.from_numpy(np.require(image, requirements=["C", "W"]))
-    x = x.to(device) if device is not None else x
+    if device is not None and torch.device(device).type == "cuda":
+        # pinned + asynchronous: the upload does not wait for work already queued on the GPU
+        x = x.pin_memory().to(device, non_blocking=True)
+    elif device is not None:
+        x = x.to(device)
     if dtype.kind == "u":
         x = x.to(torch.float32)
         if dtype == np.uint16 and config.uint16_scaling == "per_image":

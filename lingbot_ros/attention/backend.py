@@ -3,7 +3,9 @@ per global layer.
 
 Shape contract (one request, non-causal, RoPE already applied to q and to the cached K):
 
-    q    (num_query_tokens, heads, head_dim)   the step's tokens, frame order
+    q    (num_query_tokens, heads, head_dim)   the step's tokens, frame order; or that
+                                               repeated ``query_copies`` times (a split-KV
+                                               backend's requests, set by plan), copy-major
     out  (num_query_tokens, heads, head_dim)   same dtype as q
 
 The backend reads K/V from the cache storage it was built with; ``plan`` freezes the visible
@@ -21,6 +23,7 @@ from ..cache.layout import PagedKVLayout
 @runtime_checkable
 class AttentionBackend(Protocol):
     name: str
+    query_copies: int  # run() also takes q repeated this many times (valid after plan)
 
     def plan(self, layout: PagedKVLayout) -> None:
         """Prepare the step's page table for all layers (no per-layer work later)."""

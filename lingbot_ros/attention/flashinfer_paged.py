@@ -15,7 +15,10 @@ Split-KV (``kv_splits`` = S > 1): a step's ~1,000 queries x 16 heads make only ~
 tiles, less than one wave on a 132-SM GPU, each walking all ~70,000 keys. With S > 1 the
 queries are repeated S times as S requests, each over a contiguous 1/S of the visible pages,
 and the S partial results are merged by their log-sum-exp (FlashInfer ``merge_state``):
-S times more tiles, the same arithmetic, one small merge per layer.
+S times more tiles, the same arithmetic, one small merge per layer. The model hands ``run``
+the queries already repeated (``query_copies``; the fused q/k kernel writes them so), and
+with ``fused_merge`` the S results are merged in one Triton launch (``split_merge``) instead
+of S - 1 pairwise ``merge_state`` calls.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ import torch
 from ..cache.layout import PagedKVLayout
 from ..cache.storage import KVStorage
 from ..config import FLASHINFER_VARIANTS, check_kv_splits, check_positive_int
+from .split_merge import merge_splits
 
 WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's recommended split-k workspace
 MAX_GRAPH_PAGES = 1 << 16  # page-index buffer of a CUDA-graph wrapper (256 KiB)
@@ -81,11 +85,13 @@ def _import_flashinfer():
 class FlashInferPagedBackend:
     def __init__(self, storage: KVStorage, variant: str = "fa2",
                  workspace_bytes: int = WORKSPACE_BYTES,
-                 graph_query_tokens: int | None = None, kv_splits: int = 1) -> None:
+                 graph_query_tokens: int | None = None, kv_splits: int = 1,
+                 fused_merge: bool = False) -> None:
         variant = check_runnable(storage.device, storage.dtype, variant)
         check_kv_splits(kv_splits)
         flashinfer = _import_flashinfer()
         self._merge_state = flashinfer.merge_state
+        self.fused_merge = fused_merge
         self.kv_splits = kv_splits
         self.name = f"flashinfer_{variant}" + (f"_split{kv_splits}" if kv_splits > 1 else "")
         self.storage = storage
@@ -108,6 +114,13 @@ class FlashInferPagedBackend:
             self._workspace, kv_layout="NHD", backend=variant, **graph_buffers)
         self._planned = False
         self._splits = 1  # requests of the current plan
+        self._query_tokens = 0  # the step's queries (one copy)
+
+    @property
+    def query_copies(self) -> int:
+        """Split-KV requests of the current plan: ``run`` takes q once (and repeats it) or
+        already repeated that many times (the fused q/k kernel writes it so)."""
+        return self._splits
 
     def plan(self, layout: PagedKVLayout) -> None:
         c = self.storage.config
@@ -131,6 +144,7 @@ class FlashInferPagedBackend:
             page_size=c.page_size, causal=False, pos_encoding_mode="NONE",
             q_data_type=self.storage.dtype, kv_data_type=self.storage.dtype)
         self._splits = splits
+        self._query_tokens = layout.num_query_tokens
         self._planned = True
 
     @staticmethod
@@ -151,8 +165,15 @@ class FlashInferPagedBackend:
         kv = self.storage.layer(layer)
         if self._splits == 1:
             return self._wrapper.run(q, kv)
-        tokens = q.shape[0]
-        out, lse = self._wrapper.run(q.repeat(self._splits, 1, 1), kv, return_lse=True)
+        tokens = self._query_tokens
+        if q.shape[0] == tokens:
+            q = q.repeat(self._splits, 1, 1)  # (S*T, h, d): one copy per request
+        elif q.shape[0] != self._splits * tokens:
+            raise ValueError(f"flashinfer: q has {q.shape[0]} rows; the plan is for {tokens} "
+                             f"queries (or {self._splits} copies of them)")
+        out, lse = self._wrapper.run(q, kv, return_lse=True)  # (S*T, h, d), (S*T, h)
+        if self.fused_merge:
+            return merge_splits(out, lse, self._splits)
         parts = [(out[i * tokens:(i + 1) * tokens], lse[i * tokens:(i + 1) * tokens])
                  for i in range(self._splits)]  # (tokens, heads, dim), (tokens, heads) each
         while len(parts) > 1:  # pairwise log-sum-exp merges

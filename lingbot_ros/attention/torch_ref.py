@@ -10,6 +10,7 @@ from ..cache.storage import KVStorage
 
 class TorchRefBackend:
     name = "torch_ref"
+    query_copies = 1  # one dense call: q once
 
     def __init__(self, storage: KVStorage) -> None:
         self.storage = storage

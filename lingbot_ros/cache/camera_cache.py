@@ -3,7 +3,7 @@
 The camera head refines the pose ``num_iterations`` times; each iteration runs the same
 ``num_layers`` trunk blocks and keeps its own keys and values, one token per frame:
 
-    data  (iterations, layers, 2, capacity, heads, head_dim)  float32 (the heads run in fp32)
+    data  (iterations, layers, 2, capacity, heads, head_dim)  the camera head's dtype (float32, or bfloat16)
 
 Frames ``[0, num_frames)`` are committed. A step begins ``n`` frames, writes them to slots
 ``[num_frames, num_frames + n)`` and attends over ``[0, num_frames + n)``: so the scale

@@ -10,7 +10,7 @@ Token layout per frame: ``[camera, reg_0 .. reg_{R-1}, scale, patch_0 .. patch_{
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import torch
 from torch import Tensor, nn
@@ -18,6 +18,7 @@ from torch.profiler import record_function
 
 from .config import AggregatorConfig, DinoConfig
 from .dino import DinoEncoder
+from .fused_kernels import UNFUSED, FusedKernels
 from .layers import Block
 from .rope import FrameRope, VideoRope
 
@@ -33,7 +34,8 @@ class GlobalBlock(Block):
     """A block whose attention runs over the paged KV cache of its layer."""
 
     def forward(self, x: Tensor, rope: VideoRope, txn: "KVWriter", backend: "AttentionBackend",
-                layer: int, kv_dtype: torch.dtype, fused_qk: bool = False) -> Tensor:
+                layer: int, kv_dtype: torch.dtype, fused: FusedKernels = UNFUSED,
+                normed: Optional[Tensor] = None, next_norm: Optional[nn.LayerNorm] = None):
         """Args:
             x: (N, C) the step's tokens, frame order (N = frames x tokens per frame).
             rope: 3D rotation for those tokens.
@@ -42,17 +44,25 @@ class GlobalBlock(Block):
             backend: attention over the visible pages (planned for this step).
             layer: global block index = cache layer.
             kv_dtype: cache storage dtype (q is cast to it as well).
-            fused_qk: as in ``Attention.forward``.
+            fused: the stream's fused kernels; with ``kv_write`` the q/k kernel writes K/V
+                to the cache (when ``txn`` offers its ``destination``) and repeats q for the
+                backend's split-KV requests.
+            normed, next_norm: as in ``Block.forward`` (the chained norms).
         Returns:
-            (N, C).
+            (N, C); with ``next_norm``, ``(x, next_norm(x))``.
         """
-        q, k, v = self.attn.project_qkv(self.norm1(x), rope, fused_qk)  # (N, h, d), rotated
-        txn.write(layer, k.to(kv_dtype), v.to(kv_dtype))
+        n = x.shape[0]
+        copies = backend.query_copies  # the backend also takes q repeated that many times
+        dst = txn.destination(layer) if fused.kv_write and hasattr(txn, "destination") else None
+        # q: (N or copies * N, h, d); k, v: (N, h, d), or None once the kernel wrote them
+        h = self.norm1(x) if normed is None else normed
+        q, k, v = self.attn.project_qkv(h, rope, fused, copies, dst)
+        if k is not None:  # not written by the fused kernel
+            txn.write(layer, k.to(kv_dtype), v.to(kv_dtype))
         with record_function("lingbot/global_attention"):
             out = backend.run(layer, q.to(kv_dtype))  # (N, h, d)
-        out = self.attn.proj(out.reshape(x.shape[0], -1))  # (N, h, d) -> (N, C)
-        x = self.ls1.residual(x, out)
-        return self.ffn_residual(x)
+        out = self.attn.proj(out.reshape(n, -1))  # (N, h, d) -> (N, C)
+        return self.ffn_residual(x, out, fused, next_norm)
 
 
 class Aggregator(nn.Module):
@@ -100,7 +110,7 @@ class Aggregator(nn.Module):
 
     def forward(self, images: Tensor, first_frame: int, num_scale_frames: int,
                 video_rope: VideoRope, kv_writer: "KVWriter", backend: "AttentionBackend",
-                fused_qk: bool = False) -> list[Tensor]:
+                fused: FusedKernels = UNFUSED) -> list[Tensor]:
         """One streaming step; the backend is already planned for it.
 
         Args:
@@ -112,7 +122,7 @@ class Aggregator(nn.Module):
             video_rope: 3D rotation of the step's tokens (``VideoRope.for_frames``).
             kv_writer: receives each global layer's K/V (the step's ``FrameTxn``).
             backend: attention backend over the cache storage, planned for this step.
-            fused_qk: fused q/k-norm + RoPE kernel where it applies (``qk_fused``).
+            fused: fused q/k-norm + RoPE kernel where it applies (``qk_fused``).
         Returns:
             The selected layers, each (n, T, 2C): concat of frame- and global-block outputs.
         """
@@ -121,7 +131,7 @@ class Aggregator(nn.Module):
         grid_hw = (height // self.patch_size, width // self.patch_size)
         with record_function("lingbot/dino"):
             normed = ((images - self.image_mean) / self.image_std).to(self.dtype)
-            patches = self.patch_embed(normed)  # (n, h*w, C)
+            patches = self.patch_embed(normed, fused)  # (n, h*w, C)
         specials = self.special_tokens(first_frame, n, num_scale_frames)  # (n, S, C)
         x = torch.cat([specials, patches], dim=1)  # (n, T, C)
         tokens = x.shape[1]
@@ -129,15 +139,25 @@ class Aggregator(nn.Module):
         frame_rope = FrameRope.for_grid(grid_hw, c.num_special_tokens, c.head_dim,
                                         c.frame_rope_base, x.device)
         selected = []
+        # Chained norms (fused.add_norm): each block's last residual and the next block's
+        # first LayerNorm run as one kernel; ``h`` carries that norm to the next block.
+        chain = fused.add_norm
+        h = None
         for i in range(c.depth):
+            nxt = self.global_blocks[i].norm1 if chain else None
             with record_function("lingbot/frame_block"):
-                x = self.frame_blocks[i](x, frame_rope, fused_qk)  # (n, T, C)
+                x = self.frame_blocks[i](x, frame_rope, fused, h, nxt)  # (n, T, C)
+            if chain:
+                x, h = x
             frame_out = x
+            nxt = self.frame_blocks[i + 1].norm1 if chain and i + 1 < c.depth else None
             with record_function("lingbot/global_block"):  # attention included
                 x = self.global_blocks[i](  # (n, T, C) -> (n*T, C)
                     x.reshape(n * tokens, -1), video_rope, kv_writer, backend, i, self.dtype,
-                    fused_qk)
+                    fused, h.reshape(n * tokens, -1) if h is not None else None, nxt)
+            x, h = x if nxt is not None else (x, None)
             x = x.reshape(n, tokens, -1)  # (n*T, C) -> (n, T, C)
+            h = h.reshape(n, tokens, -1) if h is not None else None
             if i in c.selected_layers:
                 selected.append(torch.cat([frame_out, x], dim=-1))  # (n, T, 2C)
         return selected

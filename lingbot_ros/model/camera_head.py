@@ -1,6 +1,9 @@
 """Camera head: iterative pose refinement of the camera token with its own KV cache.
 
-Input: the camera token (index 0) of the last selected layer, in float32. Each iteration
+Input: the camera token (index 0) of the last selected layer. The head runs in float32 as in
+the reference, or in bfloat16 (``GCTModel.prepare(camera_head_precision="bf16")``: its
+weights are read once per block per iteration for a single token, so it is bound by their
+bytes). Each iteration
 embeds the previous (raw) estimate (a learned empty pose first), modulates the normed token
 AdaLN-style (shift, scale, gate), runs the trunk blocks, whose attention spans every cached
 frame of that iteration plus the step's own frames, and adds a delta predicted by
@@ -36,8 +39,7 @@ class CameraBlock(Block):
         txn.write(iteration, layer, k, v)
         k_all, v_all = txn.visible(iteration, layer)  # (m, h, d), m = cached + n
         out = attend(q, k_all, v_all, txn.visible_mask)  # (n, h*d)
-        x = self.ls1.residual(x, self.attn.proj(out))
-        return self.ffn_residual(x)
+        return self.ffn_residual(x, self.attn.proj(out))  # (n, C)
 
 
 def activate_pose(raw: Tensor) -> Tensor:
@@ -61,26 +63,36 @@ class CameraHead(nn.Module):
         self.adaln_norm = nn.LayerNorm(dim_in, elementwise_affine=False, eps=1e-6)
         self.pose_branch = Mlp(dim_in, dim_in // 2, POSE_DIM)
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """The head's weight and activation dtype: float32 (the reference), or bfloat16 with
+        ``GCTModel.prepare(camera_head_precision="bf16")``; its cache stores the same."""
+        return self.embed_pose.weight.dtype
+
     def forward(self, camera_tokens: Tensor, txn: "CameraCacheTxn") -> list[Tensor]:
         """Refine the poses of the step's frames.
 
         Args:
-            camera_tokens: (n, 2C) float32 camera tokens of the last selected layer.
+            camera_tokens: (n, 2C) camera tokens of the last selected layer (cast to the
+                head's dtype; LayerNorm statistics and softmax run in float32 either way).
             txn: the step's camera-cache transaction (n frames).
         Returns:
-            ``num_iterations`` activated pose encodings, each (n, 9); the last is the output.
+            ``num_iterations`` activated pose encodings, each (n, 9) float32; the last is the
+            output.
         """
-        tokens = self.token_norm(camera_tokens)  # (n, 2C)
+        dtype = self.dtype
+        tokens = self.token_norm(camera_tokens.to(dtype))  # (n, 2C)
         n = tokens.shape[0]
-        raw = None
+        raw = None  # float32 whatever the head's dtype: the deltas add up over iterations
         outputs = []
         for it in range(self.config.num_iterations):
             pose_in = self.empty_pose_tokens[0].expand(n, -1) if raw is None else raw  # (n, 9)
-            shift, scale, gate = self.poseLN_modulation(self.embed_pose(pose_in)).chunk(3, dim=-1)
+            shift, scale, gate = self.poseLN_modulation(
+                self.embed_pose(pose_in.to(dtype))).chunk(3, dim=-1)  # (n, 2C) each
             x = gate * (self.adaln_norm(tokens) * (1 + scale) + shift) + tokens  # (n, 2C)
             for layer, block in enumerate(self.trunk):
                 x = block.forward_cached(x, txn, it, layer)
-            delta = self.pose_branch(self.trunk_norm(x))  # (n, 9)
+            delta = self.pose_branch(self.trunk_norm(x)).float()  # (n, 9)
             raw = delta if raw is None else raw + delta
             outputs.append(activate_pose(raw))
         return outputs

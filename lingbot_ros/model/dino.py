@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import DinoConfig
+from .fused_kernels import UNFUSED, FusedKernels
 from .layers import Block
 
 
@@ -65,11 +66,12 @@ class DinoEncoder(nn.Module):
         patch_pos = grid.permute(0, 2, 3, 1).reshape(1, h * w, dim)  # (1, h*w, C)
         return torch.cat((cls_pos, patch_pos), dim=1).to(dtype)
 
-    def forward(self, images: Tensor) -> Tensor:
+    def forward(self, images: Tensor, fused: FusedKernels = UNFUSED) -> Tensor:
         """Patch tokens of normalized images.
 
         Args:
             images: (B, 3, H, W), ImageNet-normalized, H and W multiples of the patch size.
+            fused: the stream's fused kernels (``add_norm`` chains the blocks' norms).
         Returns:
             (B, h*w, C) final-normed patch tokens (cls and register outputs dropped).
         """
@@ -80,7 +82,14 @@ class DinoEncoder(nn.Module):
         x = x + self.position_embedding(grid_hw, x.dtype)
         if self.register_tokens is not None:  # (B, 1 + R + h*w, C)
             x = torch.cat((x[:, :1], self.register_tokens.expand(b, -1, -1), x[:, 1:]), dim=1)
-        for block in self.blocks:
-            x = block(x)
-        x = self.norm(x)
+        if fused.add_norm:  # each block's last residual fused with the next norm
+            h = None
+            for j, block in enumerate(self.blocks):
+                nxt = self.blocks[j + 1].norm1 if j + 1 < len(self.blocks) else self.norm
+                x, h = block(x, None, fused, h, nxt)
+            x = h  # the final norm came with the last block
+        else:
+            for block in self.blocks:
+                x = block(x)
+            x = self.norm(x)
         return x[:, 1 + self.config.num_register_tokens:]  # (B, h*w, C)

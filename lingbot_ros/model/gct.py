@@ -14,7 +14,7 @@ A stream's state and its step transactions live in ``session.StreamRunner``:
 What the runner calls, once the attention backend is planned for the step:
 
     outputs = model(images, first_frame, num_scale_frames, video_rope, kv_writer, camera_txn,
-                    backend, with_depth=True, fused_qk=False)
+                    backend, with_depth=True, fused=UNFUSED)
 """
 from __future__ import annotations
 
@@ -24,12 +24,13 @@ import torch
 from torch import Tensor, nn
 from torch.profiler import record_function
 
-from ..config import PRECISIONS, check_positive_int
+from ..config import HEAD_PRECISIONS, PRECISIONS, check_positive_int
 from . import qk_fused
 from .aggregator import Aggregator
 from .camera_head import CameraHead
 from .config import GCTConfig
 from .dpt_head import DPTHead, activate_depth, activate_points
+from .fused_kernels import UNFUSED, FusedKernels
 from .layers import Attention
 from .pose import pose_to_c2w, pose_to_intrinsics
 
@@ -52,8 +53,9 @@ class GCTModel(nn.Module):
         self.point_head = (DPTHead(config.point_head, dim_in, config.patch_size, output_dim=4)
                            if config.point_head is not None else None)
 
-    def prepare(self, device: str | torch.device, precision: str = "auto") -> "GCTModel":
-        """Move to ``device``; eval mode; set the aggregator precision.
+    def prepare(self, device: str | torch.device, precision: str = "auto",
+                camera_head_precision: str = "fp32") -> "GCTModel":
+        """Move to ``device``; eval mode; set the aggregator and camera-head precisions.
 
         Args:
             precision: ``fp32``; ``bf16`` (aggregator weights and activations in bfloat16,
@@ -61,10 +63,16 @@ class GCTModel(nn.Module):
                 float32 islands made explicit: LayerNorm statistics, q/k norms and RoPE);
                 ``auto`` = bf16 on CUDA, fp32 elsewhere. With bf16 the KV cache must be
                 ``bfloat16``.
+            camera_head_precision: ``fp32`` (the reference), ``bf16`` (weights, activations
+                and its cache in bfloat16, the pose summed in float32; docs/performance.md
+                gives its pose difference, 1.1e-2, and its speed, 1.2 ms per frame).
         """
         device = torch.device(device)
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        if camera_head_precision not in HEAD_PRECISIONS:
+            raise ValueError(f"camera_head_precision must be one of {HEAD_PRECISIONS}, "
+                             f"got {camera_head_precision!r}")
         if precision == "auto":
             precision = "bf16" if device.type == "cuda" else "fp32"
         self.to(device=device, dtype=torch.float32).eval().requires_grad_(False)
@@ -74,6 +82,8 @@ class GCTModel(nn.Module):
             for head in (self.depth_head, self.point_head):
                 if head is not None:
                     head.to(memory_format=torch.channels_last)
+        if camera_head_precision == "bf16":
+            self.camera_head.to(torch.bfloat16)
         if precision == "bf16":
             self.aggregator.to(torch.bfloat16)
             # The normalisation constants stay fp32 (as in the reference), and so do the
@@ -89,7 +99,7 @@ class GCTModel(nn.Module):
     def resolve_fused_kernels(self, mode: str = "auto") -> bool:
         """Whether a stream running this model may use the fused q/k-norm + RoPE kernel
         (``qk_fused``): ``auto`` (on CUDA in bf16 when Triton imports), ``on`` (the same, or
-        RuntimeError), ``off``. A query: the answer is the caller's to pass as ``fused_qk``."""
+        RuntimeError), ``off``. A query: the answer is the caller's to pass as ``fused``."""
         return qk_fused.resolve(mode, self.aggregator.camera_token.device,
                                 self.aggregator.dtype)
 
@@ -102,7 +112,7 @@ class GCTModel(nn.Module):
     def forward(self, images: Tensor, first_frame: int, num_scale_frames: int,
                 video_rope: "VideoRope", kv_writer: "KVWriter", camera_txn: "CameraCacheTxn",
                 backend: "AttentionBackend", with_depth: bool = True, with_points: bool = True,
-                fused_qk: bool = False) -> dict[str, Tensor]:
+                fused: FusedKernels = UNFUSED) -> dict[str, Tensor]:
         """One step's math once the attention backend is planned for it.
 
         Phase 1 is the first ``num_scale_frames`` frames in one step on empty caches (they
@@ -123,7 +133,8 @@ class GCTModel(nn.Module):
             camera_txn: the step's camera-head cache transaction.
             backend: attention backend over the paged storage, planned for the step.
             with_depth / with_points: run the depth / point head (when the model has it).
-            fused_qk: the fused q/k-norm + RoPE kernel (``resolve_fused_kernels``).
+            fused: the stream's fused kernels (``FusedKernels``; ``resolve_fused_kernels``
+                says whether a stream may use them).
         Returns:
             ``StepOutputs`` fields except ``time_index``.
         """
@@ -133,7 +144,7 @@ class GCTModel(nn.Module):
         # (see ``prepare``), which saves the ~1,000 casts per frame autocast would launch.
         with torch.autocast(device_type, enabled=False):
             layers = self.aggregator(images.float(), first_frame, num_scale_frames, video_rope,
-                                     kv_writer, backend, fused_qk)
+                                     kv_writer, backend, fused)
             # heads in float32
             layers = [t.float() for t in layers]  # each (n, T, 2C)
             with record_function("lingbot/camera_head"):

@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from . import qk_fused
+from . import add_norm, qk_fused
+from .fused_kernels import UNFUSED, FusedKernels
 
 RopeFn = Callable[[Tensor], Tensor]  # rotates q or k of shape (B, heads, N, head_dim)
 # A rope may also offer ``tables()`` (float32 cos, signed sin, partner) for the fused kernel.
@@ -57,9 +58,9 @@ class Attention(nn.Module):
     are normed in float32 (the q/k norm weights stay float32) and stay float32 through RoPE;
     they meet v's dtype only at the attention kernel.
 
-    ``fused_qk`` (a per-call argument: the stream that runs the model decides, see
-    ``qk_fused.resolve``) runs norm + rotation + cast as one Triton kernel on CUDA tensors;
-    the math is the same.
+    ``fused.qk_rope`` (a per-call argument: the stream that runs the model decides, see
+    ``FusedKernels``) runs norm + rotation + cast as one Triton kernel on CUDA tensors; the
+    math is the same.
     """
 
     def __init__(self, dim: int, num_heads: int, qk_norm: bool = False,
@@ -72,20 +73,21 @@ class Attention(nn.Module):
         self.k_norm = nn.LayerNorm(self.head_dim, eps=norm_eps) if qk_norm else nn.Identity()
         self.proj = nn.Linear(dim, dim)
 
-    def forward(self, x: Tensor, rope: Optional[RopeFn] = None, fused_qk: bool = False) -> Tensor:
+    def forward(self, x: Tensor, rope: Optional[RopeFn] = None,
+                fused: FusedKernels = UNFUSED) -> Tensor:
         """Self-attention of every sequence in the batch over itself.
 
         Args:
             x: (B, N, C) normed tokens.
             rope: optional rotation applied to q and k after their norms.
-            fused_qk: norm + rotation as one fused kernel where it applies.
+            fused: the stream's fused kernels (``qk_rope`` applies here).
         Returns:
             (B, N, C) projected attention output.
         """
         b, n, c = x.shape
         h, d = self.num_heads, self.head_dim
         qkv = self.qkv(x)  # (B, N, 3C)
-        if fused_qk and self._fusable(qkv, rope):
+        if fused.qk_rope and self._fusable(qkv, rope):
             q, k = qk_fused.norm_rope(qkv.view(b * n, 3 * c), h, self.q_norm, self.k_norm,
                                       rope.tables())  # (B*N, h, d) each
             q, k = (t.view(b, n, h, d).transpose(1, 2) for t in (q, k))  # (B, h, N, d) views
@@ -98,22 +100,32 @@ class Attention(nn.Module):
         out = sdpa(q.to(v.dtype), k.to(v.dtype), v)  # (B, h, N, d)
         return self.proj(out.transpose(1, 2).reshape(b, n, c))  # (B, N, C)
 
-    def project_qkv(self, x: Tensor, rope: Optional[RopeFn] = None, fused_qk: bool = False
-                    ) -> tuple[Tensor, Tensor, Tensor]:
+    def project_qkv(self, x: Tensor, rope: Optional[RopeFn] = None,
+                    fused: FusedKernels = UNFUSED, q_copies: int = 1,
+                    kv_dst: Optional[tuple[Tensor, Tensor, Tensor]] = None
+                    ) -> tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
         """Per-token heads of a flat token list.
 
         Args:
             x: (N, C) normed tokens.
-            rope, fused_qk: as in ``forward``.
+            rope, fused: as in ``forward``.
+            q_copies, kv_dst: with ``fused.kv_write`` and the fused kernel, q comes repeated
+                ``q_copies`` times (a split-KV backend's requests) and k, v go straight to
+                ``kv_dst`` = (flat cache layer, K rows, V rows) (see ``qk_fused.norm_rope``).
         Returns:
-            q, k, v: (N, heads, head_dim) each; q and k went through their norms and the
-            rotation, and are in v's dtype when the fused kernel ran (else float32 with q/k
-            norms).
+            q: (N, heads, head_dim), or (q_copies * N, ...) when the kernel repeated it;
+            k, v: (N, heads, head_dim), or None when the kernel wrote them to ``kv_dst``.
+            q and k went through their norms and the rotation, and are in v's dtype when
+            the fused kernel ran (else float32 with q/k norms).
         """
         n = x.shape[0]
         qkv = self.qkv(x)  # (N, 3C)
         v = qkv.view(n, 3, self.num_heads, self.head_dim)[:, 2]  # (N, h, d)
-        if fused_qk and self._fusable(qkv, rope):
+        if fused.qk_rope and self._fusable(qkv, rope):
+            if fused.kv_write and (q_copies > 1 or kv_dst is not None):
+                q, k = qk_fused.norm_rope(qkv, self.num_heads, self.q_norm, self.k_norm,
+                                          rope.tables(), q_copies=q_copies, kv_dst=kv_dst)
+                return q, k, (None if kv_dst is not None else v)
             q, k = qk_fused.norm_rope(qkv, self.num_heads, self.q_norm, self.k_norm,
                                       rope.tables())
             return q, k, v
@@ -191,10 +203,36 @@ class Block(nn.Module):
         self.mlp = Mlp(dim, int(dim * mlp_ratio))
         self.ls2 = LayerScale(dim, layerscale_init)
 
-    def forward(self, x: Tensor, rope: Optional[RopeFn] = None, fused_qk: bool = False) -> Tensor:
-        """Args: x (B, N, C); rope, fused_qk as in ``Attention.forward``. Returns (B, N, C)."""
-        x = self.ls1.residual(x, self.attn(self.norm1(x), rope, fused_qk))
-        return self.ffn_residual(x)
+    def forward(self, x: Tensor, rope: Optional[RopeFn] = None,
+                fused: FusedKernels = UNFUSED, normed: Optional[Tensor] = None,
+                next_norm: Optional[nn.LayerNorm] = None):
+        """Args:
+            x: (B, N, C); rope, fused as in ``Attention.forward``.
+            normed: ``norm1(x)`` when the block before computed it (chained, see below).
+            next_norm: the LayerNorm that follows this block (the next block's ``norm1``):
+                with ``fused.add_norm`` it is fused with this block's last residual.
+        Returns:
+            (B, N, C); with ``next_norm``, ``(x, next_norm(x))``.
+        """
+        h = self.norm1(x) if normed is None else normed
+        return self.ffn_residual(x, self.attn(h, rope, fused), fused, next_norm)
 
-    def ffn_residual(self, x: Tensor) -> Tensor:
-        return self.ls2.residual(x, self.mlp(self.norm2(x)))
+    def ffn_residual(self, x: Tensor, attn_out: Tensor, fused: FusedKernels = UNFUSED,
+                     next_norm: Optional[nn.LayerNorm] = None):
+        """The block after its attention: ``x + ls1(attn_out)``, then the MLP half; returns
+        as ``forward``."""
+        x, h = add_then_norm(x, attn_out, self.ls1.gamma, self.norm2, fused)
+        x, h_next = add_then_norm(x, self.mlp(h), self.ls2.gamma, next_norm, fused)
+        return x if next_norm is None else (x, h_next)
+
+
+def add_then_norm(x: Tensor, y: Tensor, gamma: Tensor, norm: Optional[nn.LayerNorm],
+                  fused: FusedKernels = UNFUSED) -> tuple[Tensor, Optional[Tensor]]:
+    """``x + y * gamma`` (one rounding, as ``LayerScale.residual``) and ``norm`` of it (None
+    without a norm): one fused kernel with ``fused.add_norm`` where it applies."""
+    if norm is None:
+        return torch.addcmul(x, y, gamma), None
+    if fused.add_norm and add_norm.fusable(x, norm):
+        return add_norm.add_scaled_norm(x, y, gamma, norm)
+    x = torch.addcmul(x, y, gamma)
+    return x, norm(x)

@@ -47,7 +47,8 @@ def random_model(config: GCTConfig, seed: int = 0, device: str = "cpu") -> GCTMo
 
 
 def build_model(preset: str = "tiny", checkpoint: Optional[str] = None, device: str = "cpu",
-                precision: str = "auto", seed: int = 0) -> tuple[GCTModel, bool]:
+                precision: str = "auto", seed: int = 0,
+                camera_head_precision: str = "fp32") -> tuple[GCTModel, bool]:
     """The model for a run: the checkpoint's (official architecture) or random weights.
 
     Returns ``(model, random_weights)``; callers must say loudly when ``random_weights``.
@@ -57,5 +58,7 @@ def build_model(preset: str = "tiny", checkpoint: Optional[str] = None, device: 
         # (the embedded tiny network's weights, e.g. the golden fixture, load too).
         candidates = [GCTConfig.official()] + ([preset_config(preset)] if preset != "official"
                                                else [])
-        return load_model(checkpoint, candidates, device=device, precision=precision), False
-    return random_model(preset_config(preset), seed).prepare(device, precision), True
+        return load_model(checkpoint, candidates, device=device, precision=precision,
+                          camera_head_precision=camera_head_precision), False
+    model = random_model(preset_config(preset), seed)
+    return model.prepare(device, precision, camera_head_precision), True

@@ -31,6 +31,7 @@ from ..session import (FrameFailed, FrameRejected, LatencyWindow, StreamingSessi
 from . import params
 from .convert import ImageLimits, ImageRejected, compressed_to_array, image_to_array
 from .frame_queue import FrameQueue
+from .pending_frames import PendingFrame, PendingFrames
 from .image_input import ImageInput
 from .messages import ns_to_stamp, stamp_to_ns
 from .outputs import Outputs
@@ -80,6 +81,7 @@ class LingbotNode(LifecycleNode):
         self._last_tf_warning = -math.inf
         self._last_reject_warning: dict[str, float] = {}  # reason -> time.monotonic()
         self._queue = None
+        self._frames = PendingFrames()  # handed to the session, outcome not yet published
         self._worker: Optional[threading.Thread] = None
         self._stop = threading.Event()
         self._outputs: Optional[Outputs] = None
@@ -103,7 +105,7 @@ class LingbotNode(LifecycleNode):
         try:
             model, random_weights = load_session_model(
                 settings.session, settings.preset, settings.checkpoint or None,
-                settings.precision)
+                settings.precision, camera_head_precision=settings.camera_head_precision)
             session = StreamingSession(model, settings.session)
             if settings.warmup:
                 warm_up(session)
@@ -253,14 +255,19 @@ class LingbotNode(LifecycleNode):
         self.camera_info = msg
 
     def _work(self) -> None:
+        """Pipelined: the next image is converted and preprocessed while the GPU runs the
+        frame before it, whose outcome is published once the next one is queued behind it
+        (or, with no image waiting, as soon as the GPU is done: polled every millisecond)."""
         while not self._stop.is_set():
-            item = self._queue.get(timeout=0.1)
-            if item is None:  # idle: check for a stop again
-                continue
+            in_flight = self.session is not None and self.session.in_flight
+            item = self._queue.get(timeout=0.001 if in_flight else 0.1)
             self._no_reset_waiting.wait()  # a waiting reset goes first (it drops this frame)
             try:
                 with self._session_lock:
-                    if self.session is None or item.generation != self._generation:
+                    if item is None:
+                        if self.session is not None and self.session.in_flight_done():
+                            self._publish_outcomes(self.session.collect())
+                    elif self.session is None or item.generation != self._generation:
                         self.counters["dropped_reset"] += 1
                     else:
                         self._process(item)
@@ -271,6 +278,16 @@ class LingbotNode(LifecycleNode):
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 self.get_logger().error(f"publishing failed: {self.last_error}",
                                         throttle_duration_sec=2.0)
+        self._finish_in_flight()
+
+    def _finish_in_flight(self) -> None:
+        """Stopping: the frame still on the GPU is finished and published (not dropped)."""
+        try:
+            with self._session_lock:
+                if self.session is not None and self.session.in_flight:
+                    self._publish_outcomes(self.session.collect())
+        except Exception:  # noqa: BLE001 -- the context went down meanwhile (Ctrl-C)
+            pass
 
     def _process(self, item: _Queued) -> None:
         cfg = self.settings.node
@@ -295,11 +312,15 @@ class LingbotNode(LifecycleNode):
             else:
                 # cv_bridge when a ROS install registers it, else our exact numpy path
                 array, encoding = image_to_array(msg, limits, backend="auto"), msg.encoding
+            depth_due, with_depth = self._outputs.depth_wanted()
+            self._frames.add(stamp_ns, PendingFrame(item, chain, depth_due))
             try:
-                results = self.session.push(array, stamp_ns, encoding)
+                # finishes the frame before this one, then queues this one on the GPU
+                self.session.submit(array, stamp_ns, encoding, with_depth=with_depth)
             finally:
                 self._report_events(msg.header)
         except (ImageRejected, FrameRejected) as exc:
+            self._frames.pop(stamp_ns)
             self.counters[f"rejected_{exc.reason}"] += 1
             # Throttled per reason: a new kind of bad input is always reported.
             now = time.monotonic()
@@ -308,30 +329,49 @@ class LingbotNode(LifecycleNode):
                 self.get_logger().warning(
                     f"image at {stamp_ns} ns rejected ({exc.reason}): {exc}")
             return
-        except FrameFailed as exc:  # non-finite output: rolled back by the session
-            self._failed(msg.header, f"failed_{exc.reason}", exc)
-            return
         except Exception as exc:  # CacheFullError, CUDA OOM...: rolled back; keep running
+            self._frames.pop(stamp_ns)  # never queued on the GPU
             oom = type(exc).__name__ == "OutOfMemoryError"
             self._failed(msg.header, "failed_out_of_memory" if oom else "failed_error", exc)
             return
-        self.last_error = ""
-        self.last_processed_time = time.monotonic()
+        outcomes = self.session.collect(wait=False)  # the frame before; on the CPU this one
         self.info_snapshot = info = self.session.info()
-        if not results and info["phase"] == "scale_frames":
+        if not outcomes and not self.session.in_flight and info["phase"] == "scale_frames":
             note, self._restart_note = self._restart_note, ""
             self._status.initializing(msg.header, (
                 f"collecting anchor frames: {info['scale_frames_buffered']}/"
                 f"{info['startup_latency_frames']}" + (f"; {note}" if note else "")))
-        for result in results:
-            self._outputs.publish(result, chain)
+        self._publish_outcomes(outcomes)
+
+    def _publish_outcomes(self, outcomes) -> None:
+        """Each finished frame's outputs (its own chain, stamp and latency), or its failure."""
+        for outcome in outcomes:
+            if isinstance(outcome, FrameFailed):  # non-finite output: rolled back
+                frames = [self._frames.pop(stamp) for stamp in outcome.stamps]
+                frame = next((f for f in reversed(frames) if f is not None), None)
+                header = (frame.item.msg.header if frame is not None else
+                          Header(stamp=ns_to_stamp(outcome.stamps[-1] if outcome.stamps else 0)))
+                self._failed(header, f"failed_{outcome.reason}", outcome)
+                continue
+            frame = self._frames.pop(outcome.stamp_ns)
+            if frame is None:  # dropped by a reset meanwhile
+                continue
+            self.last_error = ""
+            self.last_processed_time = time.monotonic()
+            # an anchor frame's depth came with the scale phase: the topic's period decides
+            self._outputs.publish(outcome, frame.chain, frame.depth_due
+                                  if outcome.index >= self.settings.session.num_scale_frames
+                                  else None)
             self.counters["processed"] += 1
-            self.latency.add((time.monotonic() - item.received) * 1e3)
-            self.last_fx = float(result.K[0, 0])
-            self.last_input_hw = result.crop.input_hw
+            self.latency.add((time.monotonic() - frame.item.received) * 1e3)
+            self.last_fx = float(outcome.K[0, 0])
+            self.last_input_hw = outcome.crop.input_hw
             # The anchor phase yields several frames at once: each status has its own stamp.
-            header = Header(stamp=ns_to_stamp(result.stamp_ns), frame_id=msg.header.frame_id)
-            self._status.frame(result, header, self.latency.summary()["last"])
+            header = Header(stamp=ns_to_stamp(outcome.stamp_ns),
+                            frame_id=frame.item.msg.header.frame_id)
+            self._status.frame(outcome, header, self.latency.summary()["last"])
+        if outcomes:
+            self.info_snapshot = self.session.info()
 
     def _failed(self, header, counter: str, exc: Exception) -> None:
         """A frame the model could not turn into a pose: counted, logged, FAILED on
@@ -401,7 +441,10 @@ class LingbotNode(LifecycleNode):
             self._generation += 1
             dropped = self._queue.clear() if self._queue is not None else 0
             self.counters["dropped_reset"] += dropped
+            if self.session.in_flight:  # the frame in flight is published first, as before
+                self._publish_outcomes(self.session.collect())
             self.session.reset()
+            self._frames.clear()
             self.latency.clear()
             self.info_snapshot = self.session.info()
             if self._outputs is not None:

@@ -55,12 +55,32 @@ class Outputs:
         self.map = (MapPoints(node, config.map_frame, config.map_voxel_size,
                               config.map_max_points, config.map_rate_hz)
                     if config.map_points else None)
-        self._last_points = self._last_depth = -math.inf
+        self._last_points = self._last_depth = self._last_depth_request = -math.inf
         self._previous: Optional[tuple[int, np.ndarray]] = None  # (stamp ns, T) for the twist
         self.num_tf_failures = 0  # map -> odom not published: no odom -> base at the stamp
         self.last_tf_failure = ""
 
-    def publish(self, result: FrameResult, chain: FrameChain) -> None:
+    def depth_wanted(self) -> tuple[bool, bool]:
+        """For a frame handed in now: (the depth topic is due, some output reads its depth).
+
+        The depth head is ~7 % of a frame on the GPU and ~/depth runs at ``depth_rate_hz``, not
+        at the camera rate: a frame that no output will read is run without it. The topic's
+        period is counted from request to request (the result comes a step later), so it
+        publishes at its rate; the points and the map are due on their own timers."""
+        cfg = self.config
+        now = time.monotonic()
+        topic = (self.depth is not None
+                 and now - self._last_depth_request >= 1.0 / cfg.depth_rate_hz)
+        if topic:
+            self._last_depth_request = now
+        points = ((self.points is not None and now - self._last_points >= 1.0 / cfg.points_rate_hz)
+                  or (self.map is not None and self.map.due()))
+        return topic, topic or points
+
+    def publish(self, result: FrameResult, chain: FrameChain,
+                depth_due: Optional[bool] = None) -> None:
+        """All outputs of one frame. ``depth_due``: ``depth_wanted()[0]`` when the frame was
+        handed in (None: the topic's own period decides here)."""
         cfg = self.config
         stamp = ns_to_stamp(result.stamp_ns)
         T = chain.tracked_in_map(result.c2w)  # the tracked frame (base, or camera) in map
@@ -82,8 +102,9 @@ class Outputs:
         self.camera_info.publish(camera_info_msg(result.K, in_w, in_h, stamp,
                                                  chain.camera_frame))
         now = time.monotonic()
-        if (self.depth is not None and result.depth is not None
-                and now - self._last_depth >= 1.0 / cfg.depth_rate_hz):
+        if depth_due is None:
+            depth_due = now - self._last_depth >= 1.0 / cfg.depth_rate_hz
+        if self.depth is not None and result.depth is not None and depth_due:
             h, w = result.depth.shape
             self.depth.publish(depth_image(result.depth, stamp, chain.camera_frame))
             self.depth_info.publish(camera_info_msg(result.K_model, w, h, stamp,

@@ -14,15 +14,18 @@ __all__ = ["PRESETS", "open_session", "load_session_model", "warm_up"]
 
 def load_session_model(config: SessionConfig, preset: str = "tiny",
                        checkpoint: Optional[str] = None, precision: str = "auto",
-                       seed: int = 0):
+                       seed: int = 0, camera_head_precision: str = "fp32"):
     """``(model, random_weights)`` on ``config.device``; say loudly when ``random_weights``."""
-    return build_model(preset, checkpoint, config.device, precision, seed)
+    return build_model(preset, checkpoint, config.device, precision, seed,
+                       camera_head_precision)
 
 
 def open_session(config: SessionConfig, preset: str = "tiny", checkpoint: Optional[str] = None,
-                 precision: str = "auto", seed: int = 0) -> tuple[StreamingSession, bool]:
+                 precision: str = "auto", seed: int = 0, camera_head_precision: str = "fp32"
+                 ) -> tuple[StreamingSession, bool]:
     """A fresh ``StreamingSession`` and whether its weights are random."""
-    model, random_weights = load_session_model(config, preset, checkpoint, precision, seed)
+    model, random_weights = load_session_model(config, preset, checkpoint, precision, seed,
+                                               camera_head_precision)
     return StreamingSession(model, config), random_weights
 
 
@@ -37,4 +40,7 @@ def warm_up(session: StreamingSession) -> None:
     image = np.full((height, width, 3), 127, np.uint8)
     for i in range(config.num_scale_frames + 2):
         session.push(image, i + 1)
+    if config.with_depth:  # a front end may skip the depth head per frame: its own graph
+        session.submit(image, config.num_scale_frames + 3, with_depth=False)
+        session.collect()
     session.reset()

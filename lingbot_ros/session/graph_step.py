@@ -33,6 +33,7 @@ import torch
 
 from ..attention import AttentionBackend
 from ..cache import CameraKVCache, PagedKVCache
+from ..model import UNFUSED, FusedKernels
 from ..model.rope import VideoRope
 from .step_txn import StepTxn
 
@@ -49,6 +50,10 @@ class _StaticSlots:
 
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         self._cache.storage.write(layer, self._k_rows, self._v_rows, k, v)
+
+    def destination(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(flat K/V rows of the layer, K rows, V rows): for a kernel that writes K/V itself."""
+        return self._cache.storage.layer_tokens(layer), self._k_rows, self._v_rows
 
 
 class _StaticCameraTxn:
@@ -80,12 +85,13 @@ class GraphedStep:
     """Single-frame streaming steps of one stream's caches, as CUDA-graph replays."""
 
     def __init__(self, model, kv_cache: PagedKVCache, camera_cache: CameraKVCache,
-                 backend: AttentionBackend, num_scale_frames: int, fused_qk: bool = False,
+                 backend: AttentionBackend, num_scale_frames: int,
+                 fused: FusedKernels = UNFUSED,
                  capture: bool = True) -> None:
         """Args:
             backend: attention backend the captured step runs (flashinfer built for CUDA
                 graphs, ``graph_query_tokens`` = tokens per frame).
-            fused_qk: the fused q/k-norm + RoPE kernel, as in ``GCTModel.forward``.
+            fused: the stream's fused kernels, as in ``GCTModel.forward``.
             capture: False runs the graph's body directly every step, through the same
                 static buffers (no CUDA needed): how the CPU tests check that body.
         """
@@ -97,7 +103,7 @@ class GraphedStep:
         self.camera_cache = camera_cache
         self.backend = backend
         self.num_scale_frames = num_scale_frames
-        self.fused_qk = fused_qk
+        self.fused = fused
         self.capture = capture
         tokens = kv_cache.config.tokens_per_frame
         self._time = torch.zeros(1, dtype=torch.int64, device=device)
@@ -108,6 +114,8 @@ class GraphedStep:
         self._pool = torch.cuda.graph_pool_handle() if capture else None  # shared by captures
         self._graphs: dict[bool, _Captured] = {}
         self.captures = 0  # graphs captured so far (a recapture means an address moved)
+        self.time_replays = False  # record CUDA events around each replay (benchmarks)
+        self._replay_events: list[tuple] = []
 
     def accepts(self, txn: StepTxn) -> bool:
         """One frame on a cache that holds the anchors: the only steps a graph replays."""
@@ -122,9 +130,23 @@ class GraphedStep:
         if not self.capture:
             return self._body(with_depth, txn.first_frame)()
         captured = self._graph_for(with_depth, txn.first_frame)
-        captured.graph.replay()
+        if self.time_replays:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            captured.graph.replay()
+            end.record()
+            self._replay_events.append((start, end))
+        else:
+            captured.graph.replay()
         # Copies: the next replay overwrites the static outputs; results outlive it.
         return {k: v.clone() for k, v in captured.outputs.items()}
+    def replay_ms(self) -> list[float]:
+        """GPU time of each replay timed since the last call (waits for the last one)."""
+        events, self._replay_events = self._replay_events, []
+        if events:
+            events[-1][1].synchronize()
+        return [start.elapsed_time(end) for start, end in events]
+
     def _load(self, images: torch.Tensor, txn: StepTxn) -> None:
         if self._image is None or self._image.shape != images.shape:
             self._image = torch.zeros(images.shape, dtype=torch.float32, device=images.device)
@@ -167,7 +189,7 @@ class GraphedStep:
                                               agg.video_rope_dims, agg.video_rope_theta)
             camera = _StaticCameraTxn(self.camera_cache, self._camera_slot)
             return model(self._image, first_frame, self.num_scale_frames, rope, writer, camera,
-                         self.backend, with_depth=with_depth, fused_qk=self.fused_qk)
+                         self.backend, with_depth=with_depth, fused=self.fused)
         return run
 
     def _capture(self, with_depth: bool, first_frame: int) -> _Captured:

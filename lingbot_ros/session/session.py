@@ -6,6 +6,18 @@
             publish(result)
     session.reset()                                         # between sequences
 
+Pipelined (frames already waiting, e.g. a bag, a benchmark or a node with a backlog): the
+host work of frame t+1 (checks, preprocessing uploaded on a side stream, then, once frame t
+is finished, bookkeeping and the attention plan) runs while the GPU replays frame t:
+
+    for image, stamp in camera:
+        session.submit(image, stamp, "rgb8")    # frame t+1 queued behind frame t
+        for outcome in session.collect(wait=False):   # frame t, if finished
+            ...                                 # FrameResult, or FrameFailed (rolled back)
+    outcomes = session.collect()                # the last one
+
+``push`` is ``submit`` + ``collect()``: the frame's own result, as before.
+
 Start-up: the first ``num_scale_frames`` frames are buffered and run together (the
 bidirectional anchor phase), so no result exists until that many frames have arrived; then
 every push returns its own frame. Each streaming frame is one step of the stream's
@@ -27,7 +39,7 @@ from __future__ import annotations
 import time
 from collections import Counter, deque
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 import torch
@@ -36,6 +48,7 @@ from ..cache import StepKind
 from ..config import SessionConfig
 from ..preprocess import CropInfo, preprocess
 from .keyframes import make_policy
+from .readback import HostReadback
 from .sim3 import Sim3, reference_alignment
 from .stats import LatencyWindow
 from .stream_runner import StreamRunner, check_runnable, fast_path_of
@@ -78,6 +91,20 @@ class _Pending:
     stamp_ns: int
     crop: CropInfo
     index: int
+    t0: float  # perf_counter when the frame was handed in
+
+
+@dataclass
+class _InFlight:
+    """A streaming frame whose step is queued on the GPU and not yet finished."""
+
+    frame: _Pending
+    outputs: object  # StepOutputs on the device
+    txn: object  # the open StepTxn
+    known: Optional[bool]  # keyframe decided before the forward, else None
+
+
+Outcome = Union[FrameResult, FrameFailed]  # what ``collect`` returns per frame, in order
 
 
 class StreamingSession:
@@ -97,6 +124,12 @@ class StreamingSession:
         check_runnable(model, config)
         self._events: deque[SessionEvent] = deque(maxlen=100)
         self._restarts: Counter = Counter()  # by kind; survives restarts, cleared by reset()
+        self._readback = HostReadback()
+        self._in_flight: Optional[_InFlight] = None
+        self._ready: list[Outcome] = []  # finished frames not yet collected, in order
+        # Uploads and preprocessing of the next frame run beside the current step's replay.
+        self._upload_stream = (torch.cuda.Stream(self.device) if self.device.type == "cuda"
+                               else None)
         self.reset()
 
     # -- public API ------------------------------------------------------------------------
@@ -106,14 +139,37 @@ class StreamingSession:
         Raises ``FrameRejected`` (a ``ValueError`` with ``.reason``) for a frame that cannot be
         used: a bad image or stamp, a duplicate stamp, a stamp before the previous one (policy
         ``drop``), or a new model size not yet seen ``size_change_frames`` times in a row. The
-        session is unchanged by a rejected frame (but for that count).
+        session is unchanged by a rejected frame (but for that count). Raises ``FrameFailed``
+        for a frame whose pose is not finite (rolled back).
 
         The time and size policy (``SessionConfig``) may instead restart the stream on this
         frame: a stamp before the previous one (policy ``reset``), a forward jump over
         ``max_gap_s``, a new size that persisted. The frame then starts the new stream (the
         scale phase again) and ``pop_events()`` says what happened.
+
+        This is ``submit`` + ``collect()``: the GPU idles while the host prepares the next
+        frame. When frames are waiting, pipeline with those two instead.
+        """
+        self.submit(image, stamp_ns, encoding)
+        results = []
+        for outcome in self.collect():
+            if isinstance(outcome, FrameFailed):
+                raise outcome
+            results.append(outcome)
+        return results
+
+    def submit(self, image: np.ndarray, stamp_ns: int, encoding: str = "rgb8", *,
+               with_depth: Optional[bool] = None) -> None:
+        """Hand in one frame; return once its step is queued on the GPU, without waiting
+        for it (``collect`` gives its outcome). The frame handed in before it is finished
+        here, after this frame's checks and preprocessing, which thus overlap its replay.
+
+        ``FrameRejected`` as in ``push`` (nothing else changes). ``with_depth``: False skips
+        the depth head for this frame when no output needs it (it still runs for the flow
+        policy and the next segment's anchors); None = ``config.with_depth``.
         """
         self._counts["frames_in"] += 1
+        t0 = time.perf_counter()
         try:
             stamp_ns, stamp_restart = self._check_stamp(stamp_ns)
             tensor, crop = self._preprocess(image, encoding)
@@ -122,6 +178,7 @@ class StreamingSession:
         except FrameRejected as exc:
             self._counts[f"rejected_{exc.reason}"] += 1
             raise
+        self._finish_in_flight()  # the previous frame's step closes before this one opens
         restart = stamp_restart or size_restart
         if restart is not None:
             self._restart(*restart)
@@ -129,21 +186,44 @@ class StreamingSession:
             self._allocate(crop.output_hw)
         self._size_locked = True
         self._last_stamp = stamp_ns
-        frame = _Pending(tensor, stamp_ns, crop, self._next_index)
+        frame = _Pending(tensor, stamp_ns, crop, self._next_index, t0)
         self._next_index += 1
         if len(self._anchors_pending) < self.config.num_scale_frames and not self._streaming:
             self._anchors_pending.append(frame)
-            if len(self._anchors_pending) < self.config.num_scale_frames:
-                return []
-            return self._run_scale_phase()
-        return [self._run_streaming_frame(frame)]
+            if len(self._anchors_pending) == self.config.num_scale_frames:
+                try:
+                    self._ready += self._run_scale_phase()
+                except FrameFailed as exc:  # rolled back; the next frames collect new anchors
+                    self._ready.append(exc)
+            return
+        self._in_flight = self._launch_streaming_frame(frame, with_depth)
+
+    def collect(self, wait: bool = True) -> list[Outcome]:
+        """Outcomes of the frames handed in, in input order: a ``FrameResult``, or the
+        ``FrameFailed`` of a frame that was rolled back. ``wait``: finish the frame in flight
+        first; else only what is finished already (a frame still on the GPU stays)."""
+        if self._in_flight is not None and (wait or self._readback.ready()):
+            self._finish_in_flight()
+        ready, self._ready = self._ready, []
+        return ready
+
+    @property
+    def in_flight(self) -> bool:
+        """A frame's step is queued and not yet finished."""
+        return self._in_flight is not None
+
+    def in_flight_done(self) -> bool:
+        """The GPU has finished the frame in flight, if any (``collect`` will not wait)."""
+        return self._in_flight is None or self._readback.ready()
 
     def reset(self) -> None:
         """Forget the stream: caches (kept allocated), trajectory, segment, policy, counters.
+        A frame in flight and outcomes not yet collected are dropped.
 
         The next frame may have another model input size (then the caches are reallocated).
         """
         self._clear_stream()
+        self._ready = []
         self._counts: Counter = Counter()
         self._restarts.clear()
         self._events.clear()
@@ -161,6 +241,9 @@ class StreamingSession:
         self._events.append(SessionEvent(kind, message))
 
     def _clear_stream(self) -> None:
+        if self._in_flight is not None:  # (only a reset gets here with one)
+            self._in_flight = None
+            self._readback.discard()
         self._size_locked = False
         self._new_size: Optional[tuple[int, int]] = None  # a size seen since the last frame
         self._new_size_frames = 0  # ... that many times in a row
@@ -206,6 +289,18 @@ class StreamingSession:
             **stream,
         }
 
+    def time_replays(self, enabled: bool = True) -> None:
+        """Record the GPU time of each CUDA-graph replay (``replay_ms``): a benchmark's
+        measure of the step's GPU time, to compare with the wall time per frame."""
+        if self._runner is not None and self._runner.graph is not None:
+            self._runner.graph.time_replays = enabled
+
+    def replay_ms(self) -> list[float]:
+        """GPU milliseconds of each replay timed since the last call ([] without graphs)."""
+        if self._runner is None or self._runner.graph is None:
+            return []
+        return self._runner.graph.replay_ms()
+
     def fast_path(self) -> str:
         """``cuda_graph`` when streaming steps are graph replays, else why they are eager."""
         if self._runner is not None:
@@ -238,7 +333,17 @@ class StreamingSession:
 
     def _preprocess(self, image, encoding: str):
         try:
-            return preprocess(image, encoding, self.config.preprocess, device=self.device)
+            if self._upload_stream is None:
+                return preprocess(image, encoding, self.config.preprocess, device=self.device)
+            # Beside the step in flight: the upload (pinned, asynchronous) and the resize
+            # do not wait for its replay; the step's stream waits for them instead.
+            main = torch.cuda.current_stream(self.device)
+            with torch.cuda.stream(self._upload_stream):
+                tensor, crop = preprocess(image, encoding, self.config.preprocess,
+                                          device=self.device)
+            main.wait_stream(self._upload_stream)
+            tensor.record_stream(main)  # made on the side stream, used (and kept) on main
+            return tensor, crop
         except ValueError as exc:
             raise FrameRejected("bad_image", f"image refused: {exc}") from exc
 
@@ -270,37 +375,60 @@ class StreamingSession:
     # -- the two phases --------------------------------------------------------------------
     def _run_scale_phase(self) -> list[FrameResult]:
         frames, self._anchors_pending = self._anchors_pending, []
-        t0 = time.perf_counter()
         outputs, txn = self._runner.step(torch.stack([f.image for f in frames]),
                                          StepKind.KEYFRAME)
+        self._readback.start(self._host_tensors(frames, outputs))
+        host = self._readback.wait()
         # Anchors that gave no usable pose are dropped: the next frames collect new ones.
-        self._check_finite(outputs, txn, f"anchor frames {frames[0].index}-{frames[-1].index}")
+        self._check_finite(host, txn, f"anchor frames {frames[0].index}-{frames[-1].index}",
+                           [f.stamp_ns for f in frames])
         txn.commit()
         # The world is the first frame's camera exactly: the network's own estimate for
         # frame 0 is only close to the identity (and arbitrary with random weights).
-        first = outputs.c2w[0].double().cpu().numpy()
-        self._align = Sim3.from_matrix(np.linalg.inv(first))
+        self._align = Sim3.from_matrix(np.linalg.inv(host["c2w"][0].astype(np.float64)))
         self._streaming = True
         self._segment_keyframes = len(frames)
-        results = [self._result(f, outputs, i, True, t0, len(frames))
-                   for i, f in enumerate(frames)]
+        results = [self._result(f, host, i, True, len(frames)) for i, f in enumerate(frames)]
         for i, f in enumerate(frames):
             self._remember_keyframe(f, outputs, i, results[i].c2w)
         # The policy starts fresh: the first streaming frame is a keyframe (the reference's
         # rule for both the fixed interval and the flow mode).
         return results
 
-    def _run_streaming_frame(self, frame: _Pending) -> FrameResult:
-        t0 = time.perf_counter()
+    def _launch_streaming_frame(self, frame: _Pending, with_depth: Optional[bool]) -> _InFlight:
         # A keyframe known before the forward evicts first; any other frame is speculative
         # and sees the un-evicted window (the reference's deferred eviction).
         known = self._policy.known_before_forward(frame.index)
         kind = StepKind.KEYFRAME if known else StepKind.SPECULATIVE
         outputs, txn = self._runner.step(frame.image[None], kind,
-                                         with_depth=self._needs_depth())
-        self._check_finite(outputs, txn, f"frame {frame.index}")
+                                         with_depth=self._needs_depth(with_depth))
+        try:
+            self._readback.start(self._host_tensors([frame], outputs))
+        except Exception:
+            txn.rollback()
+            raise
+        return _InFlight(frame, outputs, txn, known)
+
+    def _finish_in_flight(self) -> None:
+        """Wait for the frame in flight (if any), close its step, queue its outcome."""
+        flight, self._in_flight = self._in_flight, None
+        if flight is None:
+            return
+        try:
+            host = self._readback.wait()
+        except Exception:  # a CUDA error surfacing at the wait
+            flight.txn.rollback()
+            raise
+        try:
+            self._ready.append(self._finish_streaming_frame(flight, host))
+        except FrameFailed as exc:
+            self._ready.append(exc)
+
+    def _finish_streaming_frame(self, flight: _InFlight, host: dict) -> FrameResult:
+        frame, outputs, txn = flight.frame, flight.outputs, flight.txn
+        self._check_finite(host, txn, f"frame {frame.index}", [frame.stamp_ns])
         depth = outputs.depth[0, ..., 0] if outputs.depth is not None else None
-        keyframe = known if known is not None else self._policy.decide(
+        keyframe = flight.known if flight.known is not None else self._policy.decide(
             frame.index, depth, outputs.intrinsics[0], outputs.c2w[0])
         if keyframe:
             txn.commit()
@@ -308,30 +436,32 @@ class StreamingSession:
             self._segment_keyframes += 1
         else:
             txn.rollback()
-        result = self._result(frame, outputs, 0, keyframe, t0, 1)
+        result = self._result(frame, host, 0, keyframe, 1)
         if keyframe:
             self._remember_keyframe(frame, outputs, 0, result.c2w)
             if self._segment_keyframes >= (self.config.rollover_keyframes or 1 << 62):
                 self._rollover()
         return result
 
-    def _check_finite(self, outputs, txn, what: str) -> None:
+    def _check_finite(self, host: dict, txn, what: str, stamps: list[int]) -> None:
         """Roll the step back and raise ``FrameFailed`` if a pose is not finite (diverged
         weights, a bf16 overflow): such a frame must not enter the caches or the trajectory.
-        (The pose is read back to the host for the result anyway: no extra wait.)"""
-        if bool(torch.isfinite(outputs.pose_enc).all()):
+        (Checked on the pose read back for the result: no extra wait.)"""
+        if np.isfinite(host["pose_enc"]).all():
             return
         txn.rollback()
         self._counts["failed_non_finite"] += 1
         raise FrameFailed("non_finite", f"{what}: the model's pose is not finite; the step "
-                                        "was rolled back")
+                                        "was rolled back", stamps)
 
-    def _needs_depth(self) -> bool:
-        """Depth is needed for outputs, the flow policy, and the next segment's anchors."""
+    def _needs_depth(self, wanted: Optional[bool] = None) -> bool:
+        """Depth is needed for outputs (``wanted``, else ``config.with_depth``), the flow
+        policy, and the next segment's anchors."""
         cfg = self.config
         near_rollover = (cfg.rollover_keyframes is not None and self._segment_keyframes
                          >= cfg.rollover_keyframes - cfg.num_scale_frames)
-        return cfg.with_depth or cfg.keyframes.policy == "flow" or near_rollover
+        wanted = cfg.with_depth if wanted is None else wanted and cfg.with_depth
+        return wanted or cfg.keyframes.policy == "flow" or near_rollover
 
     # -- segment rollover --------------------------------------------------------------------
     def _remember_keyframe(self, frame: _Pending, outputs, i: int, c2w_world: np.ndarray) -> None:
@@ -365,17 +495,25 @@ class StreamingSession:
         # the policy restarts, so the next frame is the new segment's first keyframe.
 
     # -- results -----------------------------------------------------------------------------
-    def _result(self, frame: _Pending, outputs, i: int, keyframe: bool, t0: float,
-                num_frames: int) -> FrameResult:
-        c2w_segment = outputs.c2w[i].double().cpu().numpy()
-        c2w = self._align.apply_c2w(c2w_segment)
-        K_model = outputs.intrinsics[i].double().cpu().numpy()
-        depth = conf = rgb = None
+    def _host_tensors(self, frames: list[_Pending], outputs) -> dict[str, torch.Tensor]:
+        """What a result needs on the host, still on the device (``HostReadback`` copies it)."""
+        out = {"pose_enc": outputs.pose_enc, "c2w": outputs.c2w, "K": outputs.intrinsics}
         if self.config.return_depth and outputs.depth is not None:
-            depth = self._align.apply_depth(outputs.depth[i, ..., 0].float()).cpu().numpy()
-            conf = outputs.depth_conf[i].float().cpu().numpy()
-            rgb = (frame.image.permute(1, 2, 0) * 255.0).round().byte().cpu().numpy()
-        latency_ms = (time.perf_counter() - t0) * 1e3
+            out["depth"] = self._align.apply_depth(outputs.depth[..., 0].float())  # (n, H, W)
+            out["depth_conf"] = outputs.depth_conf.float()
+            images = torch.stack([f.image for f in frames])  # (n, 3, H, W) in [0, 1]
+            out["rgb"] = (images.permute(0, 2, 3, 1) * 255.0).round().byte()  # (n, H, W, 3)
+        return out
+
+    def _result(self, frame: _Pending, host: dict, i: int, keyframe: bool,
+                num_frames: int) -> FrameResult:
+        """Frame ``i`` of a step's outputs read back to the host (``_host_tensors``)."""
+        c2w = self._align.apply_c2w(host["c2w"][i].astype(np.float64))
+        K_model = host["K"][i].astype(np.float64)
+        depth = host["depth"][i] if "depth" in host else None
+        conf = host["depth_conf"][i] if "depth_conf" in host else None
+        rgb = host["rgb"][i] if "rgb" in host else None
+        latency_ms = (time.perf_counter() - frame.t0) * 1e3
         if i == num_frames - 1:
             self._latency.add(latency_ms)
         self._counts["processed"] += 1
@@ -383,6 +521,6 @@ class StreamingSession:
         self.trajectory.append(frame.stamp_ns, c2w)
         return FrameResult(index=frame.index, stamp_ns=frame.stamp_ns, keyframe=keyframe,
                            segment=self._segment, c2w=c2w,
-                           pose_enc=outputs.pose_enc[i].float().cpu().numpy(),
+                           pose_enc=host["pose_enc"][i].astype(np.float32),
                            K=frame.crop.K_to_original(K_model), K_model=K_model, crop=frame.crop,
                            latency_ms=latency_ms, depth=depth, depth_conf=conf, rgb=rgb)

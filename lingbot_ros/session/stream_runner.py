@@ -27,7 +27,7 @@ import torch
 from ..attention import check_backend, choose_backend, make_backend
 from ..cache import CameraKVCache, PagedKVCache, StepKind
 from ..config import SessionConfig
-from ..model import StepOutputs
+from ..model import FusedKernels, StepOutputs
 from .graph_step import GraphCaptureError, GraphedStep
 from .step_txn import StepTxn
 
@@ -72,24 +72,27 @@ class StreamRunner:
         mcfg.patch_grid(self.image_hw)  # ValueError for a size off the patch grid
         # Per stream, not a switch on the shared model: another stream may choose otherwise.
         self.fused_kernels = model.resolve_fused_kernels(config.fused_kernels)
+        self.fused = FusedKernels.select(self.fused_kernels, config.fused_kernels_off)
         backend_name, self._fast_path = fast_path_of(model, config)
         cache_cfg = mcfg.cache_config(self.image_hw, config.num_scale_frames, config.window,
                                       dtype=_CACHE_DTYPES.get(model.kv_dtype, "float32"),
                                       device=config.device, **config.cache_extra())
         self.kv_cache = PagedKVCache(cache_cfg)
         self.camera_cache = CameraKVCache(**mcfg.camera_cache_dims(), device=config.device,
+                                          dtype=model.camera_head.dtype,
                                           chunk_frames=config.camera_chunk_frames())
         self.backend = make_backend(backend_name, self.kv_cache.storage,
-                                    variant=config.flashinfer_variant, kv_splits=config.kv_splits)
+                                    variant=config.flashinfer_variant, kv_splits=config.kv_splits,
+                                    fused_merge=self.fused.split_merge)
         self.graph: Optional[GraphedStep] = None
         self.graph_capture_failures = 0
         if self._fast_path == "cuda_graph":
             graph_backend = make_backend(
                 "flashinfer", self.kv_cache.storage, config.flashinfer_variant,
                 graph_query_tokens=cache_cfg.tokens_per_frame,
-                kv_splits=config.graph_kv_splits())
+                kv_splits=config.graph_kv_splits(), fused_merge=self.fused.split_merge)
             self.graph = GraphedStep(model, self.kv_cache, self.camera_cache, graph_backend,
-                                     config.num_scale_frames, fused_qk=self.fused_kernels)
+                                     config.num_scale_frames, fused=self.fused)
 
     # -- queries ---------------------------------------------------------------------------
     @property
@@ -107,6 +110,7 @@ class StreamRunner:
             "attention": self.backend.name,
             "fast_path": self._fast_path,
             "fused_kernels": self.fused_kernels,
+            "fused_kernel_names": self.fused.names(),
             "graph_captures": self.graph.captures if self.graph is not None else 0,
             "graph_capture_failures": self.graph_capture_failures,
             "cache": self.kv_cache.info(),
@@ -194,7 +198,7 @@ class StreamRunner:
         self.backend.plan(txn.frame_txn.layout)  # once per step, for every global layer
         return model(images, txn.first_frame, self.config.num_scale_frames, rope, txn.frame_txn,
                      txn.camera_txn, self.backend, with_depth=with_depth,
-                     with_points=with_points, fused_qk=self.fused_kernels)
+                     with_points=with_points, fused=self.fused)
 
     def _run_graph(self, images, txn: StepTxn, with_depth: bool) -> dict:
         try:

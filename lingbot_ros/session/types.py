@@ -25,11 +25,13 @@ class FrameFailed(RuntimeError):
 
     The step was rolled back (the caches are exactly as before the frame) and nothing was
     published or added to the trajectory; the stream goes on with the next frame.
+    ``stamps``: the input stamps of the frames of that step (the anchor frames, or one).
     """
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, stamps: tuple[int, ...] = ()) -> None:
         super().__init__(message)
         self.reason = reason
+        self.stamps = tuple(stamps)
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,8 @@ class FrameResult:
     K: np.ndarray  # (3, 3) float64 intrinsics of the ORIGINAL image
     K_model: np.ndarray  # (3, 3) float64 intrinsics at the model resolution
     crop: CropInfo  # original image <-> model input mapping
-    latency_ms: float  # compute time of the step that produced this frame
+    latency_ms: float  # hand-in to result: preprocessing, the step (and, pipelined, the wait
+    # for the frame before it; for anchor frames, the whole scale phase)
     depth: Optional[np.ndarray] = None  # (H', W') float32 at model resolution, world scale
     depth_conf: Optional[np.ndarray] = None  # (H', W') float32, >= 1
     rgb: Optional[np.ndarray] = None  # (H', W', 3) uint8 model input, for coloured points

@@ -6,11 +6,14 @@
 Official-size network with random weights (or ``--preset tiny`` for a CPU smoke run), input
 378x504 by default, bf16 aggregator on CUDA, window 64 + 8 scale frames, camera iterations 4,
 FlashInfer fa3 attention, streaming steps as CUDA-graph replays. Each configuration streams
-``--frames`` frames through ``StreamingSession.push`` (the uint8 images the node would pass,
-cycled; one untimed warm-up stream first, then a reset, as the node does at configure) and
-reports per-frame latency p50/p90/p99/max, FPS overall and over the first and last 10 % of
-frames, peak and steady GPU memory (sampled every 100 frames) and the cache state. Timings are
-wall-clock per push: each push ends with its results on the host, so they include every sync.
+``--frames`` frames (the uint8 images the node would pass, cycled; one untimed warm-up stream
+first, then a reset, as the node does at configure) pipelined: ``StreamingSession.submit`` of
+frame t+1, then ``collect`` of frame t (config ``push``: one synchronous ``push`` per frame).
+It reports the wall time per frame (``latency_ms``: p50/p90/p99/max of one loop iteration,
+i.e. the period; results land on the host, so every sync is in it), FPS overall and over the
+first and last 10 % of frames, the hand-in-to-result latency, the GPU time of each graph
+replay (CUDA events) and the wall time beyond it, peak and steady GPU memory (sampled every
+100 frames) and the cache state.
 
 ``--parity-frames N``: the fast path (graphs, FlashInfer) against the eager torch_ref path on
 the same N frames: max abs ``pose_enc`` difference and a NaN check, for each configuration of
@@ -37,7 +40,7 @@ import torch
 from ..attention import BACKENDS
 from ..config import FLASHINFER_VARIANTS, KeyframeConfig, PreprocessConfig, SessionConfig
 from ..model.presets import preset_config, random_model
-from ..session import StreamingSession, warm_up
+from ..session import FrameResult, StreamingSession, warm_up
 from .bench_profile import profile_stages, stage_split
 
 CONFIGS = {  # name -> overrides of the default setup
@@ -54,6 +57,12 @@ CONFIGS = {  # name -> overrides of the default setup
     "split1": {"kv_splits": 1},  # flashinfer split-KV off / other part counts
     "split8": {"kv_splits": 8},
     "unfused": {"fused_kernels": "off"},  # q/k norm + RoPE as separate torch ops
+    # one change of the speed issue taken back at a time (same run as default)
+    "push": {"pipeline": False},  # a synchronous push per frame: host work not hidden
+    "cam_bf16": {"camera_head_precision": "bf16"},  # camera head in bf16 (not the default)
+    "no_add_norm": {"fused_kernels_off": ("add_norm",)},  # residual + LayerNorm as two ops
+    "no_kv_write": {"fused_kernels_off": ("kv_write",)},  # q.repeat + two index_copy_
+    "no_split_merge": {"fused_kernels_off": ("split_merge",)},  # pairwise merge_state
 }
 SETTINGS_WIDTHS = (518, 392, 294, 224)  # the "pick your settings" table: widths x windows x
 SETTINGS_WINDOWS = (64, 32, 16)  # keyframe policies, at aspect 4:3
@@ -93,16 +102,17 @@ def _percentile(values, q):
     return float(np.percentile(np.asarray(values), q)) if values else None
 
 
-_MODELS: dict = {}  # (preset, iterations, device) -> model: built once per run
+_MODELS: dict = {}  # (preset, iterations, device, camera head) -> model: built once per run
 
 
-def _model(args, iterations: int, device: str):
-    key = (args.preset, iterations, device)
+def _model(args, iterations: int, device: str, camera_head_precision: str = "fp32"):
+    key = (args.preset, iterations, device, camera_head_precision)
     if key not in _MODELS:
         mcfg = preset_config(args.preset)
         mcfg = replace(mcfg, camera_head=replace(mcfg.camera_head, num_iterations=iterations))
         _MODELS.clear()  # one official-size model on the GPU at a time
-        _MODELS[key] = random_model(mcfg, seed=0, device=device).prepare(device, "auto")
+        _MODELS[key] = random_model(mcfg, seed=0, device=device).prepare(
+            device, "auto", camera_head_precision)
     return _MODELS[key]
 
 
@@ -115,7 +125,8 @@ def _session_config(args, over: dict, device: str, **extra) -> SessionConfig:
         preprocess=PreprocessConfig(width=w, height=h), with_depth=over.get("with_depth", True),
         return_depth=False, attention_backend=args.backend, flashinfer_variant=args.variant,
         cuda_graphs=over.get("cuda_graphs", True), kv_splits=over.get("kv_splits", args.kv_splits),
-        fused_kernels=over.get("fused_kernels", "auto"), device=device)
+        fused_kernels=over.get("fused_kernels", "auto"),
+        fused_kernels_off=over.get("fused_kernels_off", ()), device=device)
     fields.update(extra)
     return SessionConfig(**fields)
 
@@ -152,7 +163,8 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
     over = overrides_of(name)
     cfg = _session_config(args, over, device)
     h, w = cfg.preprocess.height, cfg.preprocess.width
-    model = _model(args, over.get("iterations", 4), device)
+    model = _model(args, over.get("iterations", 4), device,
+                   over.get("camera_head_precision", "fp32"))
     images = _images((h, w))
     cuda = device.startswith("cuda")
     session = StreamingSession(model, cfg)
@@ -160,13 +172,23 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    times, memory = [], []
+    session.time_replays(True)
+    pipeline = over.get("pipeline", True)
+    times, memory, latencies, failed = [], [], [], 0
     for i in range(frames):
         t0 = time.perf_counter()
-        session.push(images[i % len(images)], 1_000 + i * 33_333_333)
+        # Pipelined: frame i is queued behind frame i-1, whose outcome is then collected
+        # (a node with a backlog, a bag replay); else one synchronous push per frame.
+        session.submit(images[i % len(images)], 1_000 + i * 33_333_333)
+        outcomes = session.collect(wait=not pipeline)
         times.append((time.perf_counter() - t0) * 1e3)
+        latencies += [o.latency_ms for o in outcomes if isinstance(o, FrameResult)]
+        failed += sum(not isinstance(o, FrameResult) for o in outcomes)
         if cuda and i % 100 == 99:
             memory.append(torch.cuda.memory_allocated() / 2**30)
+    outcomes = session.collect()
+    latencies += [o.latency_ms for o in outcomes if isinstance(o, FrameResult)]
+    replay_ms = session.replay_ms()
     info = session.info()  # before the profile, which restarts the stream
     peak_gib = torch.cuda.max_memory_allocated() / 2**30 if cuda else None  # before profiling
     profile = (profile_stages(session, images, args, name)
@@ -182,12 +204,20 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
         "keyframes": cfg.keyframes.policy if cfg.keyframes.policy != "every_n"
         else f"every_n={cfg.keyframes.n}",
         "with_depth": cfg.with_depth, "backend": args.backend, "variant": args.variant,
-        "kv_splits": cfg.kv_splits,
+        "kv_splits": cfg.kv_splits, "pipelined": pipeline,
+        "camera_head": str(model.camera_head.dtype).replace("torch.", ""),
         "fast_path": info["fast_path"], "graph_captures": info["graph_captures"],
         "fused_kernels": info["fused_kernels"],
         "latency_ms": {"p50": _percentile(streaming, 50), "p90": _percentile(streaming, 90),
                        "p99": _percentile(streaming, 99), "max": max(streaming)},
         "scale_phase_ms": times[cfg.num_scale_frames - 1],
+        # hand-in to result per frame (pipelined: includes the wait for the frame before)
+        "result_latency_ms": {"p50": _percentile(latencies, 50),
+                              "p99": _percentile(latencies, 99)},
+        "frames_failed": failed,
+        # GPU time of the step's graph replay (CUDA events), to set against the wall time
+        "gpu_replay_ms": {"p50": _percentile(replay_ms, 50), "p99": _percentile(replay_ms, 99),
+                          "replays": len(replay_ms)} if replay_ms else None,
         "fps_overall": 1e3 * len(streaming) / sum(streaming),
         "fps_first_10pct": 1e3 * tenth / sum(streaming[:tenth]),
         "fps_last_10pct": 1e3 * tenth / sum(streaming[-tenth:]),
@@ -201,6 +231,8 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
                                                 "tokens_visible", "bytes_reserved")},
     }
     result["last_over_first"] = result["fps_last_10pct"] / result["fps_first_10pct"]
+    if replay_ms:  # the host time the GPU waits for, per frame
+        result["wall_minus_gpu_ms_p50"] = result["latency_ms"]["p50"] - _percentile(replay_ms, 50)
     result["window"] = cfg.window
     result["scale_frames"] = cfg.num_scale_frames
     if args.flops:
@@ -215,13 +247,15 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
 
 
 def run_parity(args, device: str, name: str = "default") -> dict:
-    """Fast path (graphs + FlashInfer) vs the eager torch_ref path on the same frames."""
+    """Fast path (graphs + FlashInfer + fused kernels, the config's camera head) vs the
+    eager torch_ref path with the reference's float32 camera head, on the same frames."""
     images = _images((args.height, args.width))
-    model = _model(args, 4, device)
     over = {k: v for k, v in CONFIGS[name].items() if k == "keyframes"}
+    fast_head = CONFIGS[name].get("camera_head_precision", "fp32")
     runs = {}
-    for label, extra in (("fast", {}), ("eager_torch_ref", {
+    for label, head, extra in (("fast", fast_head, {}), ("eager_torch_ref", "fp32", {
             "cuda_graphs": False, "attention_backend": "torch_ref", "fused_kernels": "off"})):
+        model = _model(args, 4, device, head)  # same seed: the same weights, cast or not
         cfg = _session_config(args, over, device, **extra)
         session = StreamingSession(model, cfg)
         out = []
@@ -230,7 +264,8 @@ def run_parity(args, device: str, name: str = "default") -> dict:
         info = session.info()
         runs[label] = (np.stack([r.pose_enc for r in out]), [r.keyframe for r in out],
                        f"{info['fast_path']}, {info['attention']}, fused kernels "
-                       f"{'on' if info['fused_kernels'] else 'off'}")
+                       f"{'on' if info['fused_kernels'] else 'off'}, camera head "
+                       f"{str(model.camera_head.dtype).replace('torch.', '')}")
         del session
         gc.collect()
     (fast, fast_kf, fast_path), (ref, ref_kf, ref_path) = runs["fast"], runs["eager_torch_ref"]

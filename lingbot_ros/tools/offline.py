@@ -27,8 +27,8 @@ from typing import Optional
 import numpy as np
 
 from .. import __version__
-from ..config import (ATTENTION_BACKENDS, FLASHINFER_VARIANTS, KEYFRAME_POLICIES, KeyframeConfig,
-                      PreprocessConfig, SessionConfig)
+from ..config import (ATTENTION_BACKENDS, FLASHINFER_VARIANTS, HEAD_PRECISIONS,
+                      KEYFRAME_POLICIES, KeyframeConfig, PreprocessConfig, SessionConfig)
 from ..session import (PRESETS, FrameRejected, PointAccumulator, StreamingSession,
                        frame_points, load_session_model, read_tum, write_tum, write_ply)
 from .datasets import FORMATS, open_dataset
@@ -72,6 +72,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", choices=PRESETS, default="tiny",
                    help="network size without a checkpoint")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    p.add_argument("--camera-head-precision", choices=HEAD_PRECISIONS, default="fp32",
+                   help="camera head: fp32 (the reference) | bf16 (faster on a GPU, pose "
+                   "within ~1e-2)")
     p.add_argument("--backend", choices=ATTENTION_BACKENDS, default="auto",
                    help="attention backend (auto: flashinfer on CUDA when installed, else "
                    "torch_ref)")
@@ -133,8 +136,9 @@ def check_before_run(args) -> None:
 
 def load_model(args):
     """``(model, random_weights)`` for ``args`` (one load can serve several runs)."""
-    model, random_weights = load_session_model(session_config(args), args.preset,
-                                               args.checkpoint)
+    model, random_weights = load_session_model(
+        session_config(args), args.preset, args.checkpoint,
+        camera_head_precision=args.camera_head_precision)
     if random_weights:
         log.warning(RANDOM_WEIGHTS_NOTICE)
     return model, random_weights
@@ -279,7 +283,9 @@ def settings_of(args, config: SessionConfig, info: dict) -> dict:
                           "max_gap": kf.max_gap},
             "rollover_keyframes": config.rollover_keyframes, "device": config.device,
             "attention": info["attention"], "fast_path": info["fast_path"],
-            "fused_kernels": info["fused_kernels"], "max_diff_s": args.max_diff,
+            "fused_kernels": info["fused_kernels"],
+            "fused_kernel_names": info.get("fused_kernel_names", []),
+            "camera_head_precision": args.camera_head_precision, "max_diff_s": args.max_diff,
             "offset_s": args.offset}
 
 

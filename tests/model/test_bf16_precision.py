@@ -1,5 +1,7 @@
 """bf16 precision without autocast: activations in bf16, float32 islands where the reference
-(under bf16 autocast) had them, heads in float32; tracks the float32 network closely."""
+(under bf16 autocast) had them, heads in float32; tracks the float32 network closely.
+The camera head may run in bf16 too (its own setting, fp32 by default)."""
+import pytest
 import torch
 
 from lingbot_ros.model import record_intermediates
@@ -41,3 +43,24 @@ def test_bf16_aggregator_keeps_float32_islands_and_tracks_float32():
     assert cache.storage.dtype == torch.bfloat16
     assert low.dtype == torch.float32 and torch.isfinite(low).all()
     assert (low - ref).abs().max() < 5e-2
+
+
+def test_camera_head_precision_is_fp32_unless_set():
+    assert micro_model().prepare("cpu", "fp32").camera_head.dtype == torch.float32
+    assert micro_model().prepare("cpu", "bf16").camera_head.dtype == torch.float32
+    assert micro_model().prepare("cpu", "fp32", "bf16").camera_head.dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="camera_head_precision must be one of"):
+        micro_model().prepare("cpu", "fp32", "fp16")
+
+
+def test_bf16_camera_head_caches_in_bf16_and_tracks_the_float32_head():
+    torch.manual_seed(0)
+    images = torch.rand(8, 3, *HW)
+    ref, _, _ = stream(micro_model().prepare("cpu", "fp32"), images)
+    model = micro_model().prepare("cpu", "fp32", camera_head_precision="bf16")
+    runner = make_runner(model, HW, NSF, 3)
+    assert runner.camera_cache.data.dtype == torch.bfloat16
+    low, _, _ = stream(model, images)
+    assert low.dtype == torch.float32 and torch.isfinite(low).all()  # the pose sums in fp32
+    diff = (low - ref).abs().max()
+    assert 0 < diff < 5e-2  # it did run in bf16, and stays close

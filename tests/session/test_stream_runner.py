@@ -176,4 +176,14 @@ def test_the_fused_kernel_choice_belongs_to_the_stream_not_the_model(tiny_model)
     assert on_cpu.fused_kernels is False and off.fused_kernels is False
     with pytest.raises(RuntimeError, match="needs CUDA"):
         make_runner(tiny_model, HW, fused_kernels="on")
-    assert not any(hasattr(m, "fused_qk") for m in tiny_model.modules())
+    assert not any(hasattr(m, "fused") for m in tiny_model.modules())
+
+
+def test_single_fused_kernels_can_be_left_off_by_name(tiny_model):
+    from lingbot_ros.model.fused_kernels import FusedKernels
+    every = FusedKernels.select(True, ("add_norm",))
+    assert every.names() == ["qk_rope", "kv_write", "split_merge"]
+    assert FusedKernels.select(False).names() == []
+    with pytest.raises(ValueError, match="fused_kernels_off: unknown kernel"):
+        make_runner(tiny_model, HW, fused_kernels_off=("fast_gelu",))
+    assert make_runner(tiny_model, HW).info()["fused_kernel_names"] == []  # CPU: none

@@ -1,0 +1,42 @@
+"""PendingFrames: what the worker must remember about an image until its outcome is out.
+
+The session is pipelined (``StreamingSession.submit`` / ``collect``): an image's outcome
+comes back when the next image is queued behind it, and the anchor frames' all at once. So
+each image handed in keeps its context (the message, the TF chain it is published in,
+whether ~/depth is due) until its result or failure is published, found by stamp. Bounded:
+the contexts of frames that never produce an outcome (anchors a stream restart dropped, a
+frame lost to a CUDA error) age out, oldest first.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, NamedTuple, Optional
+
+
+class PendingFrame(NamedTuple):
+    item: Any  # the queued image (message, receive time, generation)
+    chain: Any  # the TF chain it is published in (FrameChain)
+    depth_due: bool  # ~/depth was due when it was handed in
+
+
+class PendingFrames:
+    def __init__(self, limit: int = 256) -> None:
+        self._frames: OrderedDict[int, PendingFrame] = OrderedDict()
+        self._limit = limit
+
+    def add(self, stamp_ns: int, frame: PendingFrame) -> None:
+        self._frames[stamp_ns] = frame
+        while len(self._frames) > self._limit:
+            self._frames.popitem(last=False)
+
+    def pop(self, stamp_ns: int) -> Optional[PendingFrame]:
+        return self._frames.pop(stamp_ns, None)
+
+    def clear(self) -> int:
+        """Forget every context (a reset); return how many there were."""
+        n = len(self._frames)
+        self._frames.clear()
+        return n
+
+    def __len__(self) -> int:
+        return len(self._frames)

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The speed issue's GPU runs (one device command per PART; carry .whl, and .rosbundle for C):
+#   PART=A: the GPU tests, the fast path vs eager torch_ref with the fp32 camera head (300
+#           frames), and each change of the issue taken back alone in one run (+ a profile)
+#   PART=B: 10,000 frames of the default, every2 and flow (flatness, memory)
+#   PART=C: the node at 30 and 60 Hz (scripts/node_bench.py)
+# Results land in $OUT (or ./out).
+set -uo pipefail
+source scripts/gpu_env.sh
+OUT=${OUT:-out}; mkdir -p "$OUT"
+case "${PART:-A}" in
+A)
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+  python3 -m pytest ${GPU_TESTS:-tests/model tests/attention tests/session} -m gpu -q \
+    -p no:cacheprovider -rfE 2>&1 | tail -25 | tee "$OUT/pytest_gpu.log"
+  python3 -m lingbot_ros.tools.bench --parity-frames 300 --parity-configs "${PARITY_CONFIGS:-default,cam_bf16}" \
+    --configs "${CONFIGS:-default:1000,push:300,cam_bf16:300,no_add_norm:300,no_kv_write:300,no_split_merge:300,unfused:300}" \
+    --profile default --out "$OUT/bench_a.json" 2>&1 | grep -v Warning | tee "$OUT/bench_a.log"
+  ;;
+B)
+  python3 -m pytest tests/model/test_qk_fused.py tests/attention/test_split_merge.py -m gpu -q \
+    -p no:cacheprovider -rfE 2>&1 | tail -8 | tee "$OUT/pytest_gpu_b.log"
+  python3 -m lingbot_ros.tools.bench --configs "${CONFIGS:-default:10000,every2:1000,flow:1000}" \
+    --out "$OUT/bench_b.json" 2>&1 | grep -v Warning | tee "$OUT/bench_b.log"
+  ;;
+C)
+  source scripts/gpu_ros_env.sh
+  python3 scripts/node_bench.py --device cuda --preset official --rates "${RATES:-30:3000,60:1500}" \
+    --out "$OUT/node_bench.json" 2>&1 | tail -40 | tee "$OUT/node_bench.log"
+  ;;
+esac
