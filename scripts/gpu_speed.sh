@@ -3,7 +3,8 @@
 #   PART=A: the GPU tests, the fast path vs eager torch_ref with the fp32 camera head (300
 #           frames), and each change of the issue taken back alone in one run (+ a profile)
 #   PART=B: 10,000 frames of the default, every2 and flow (flatness, memory)
-#   PART=C: the node at 30 and 60 Hz (scripts/node_bench.py)
+#   PART=C: the node at 30 and 60 Hz (scripts/node_bench.py), and the session at a 30 Hz
+#           camera rate, pipelined and synchronous (each frame's own latency)
 # Results land in $OUT (or ./out).
 set -uo pipefail
 source scripts/gpu_env.sh
@@ -24,6 +25,8 @@ B)
     --out "$OUT/bench_b.json" 2>&1 | grep -v Warning | tee "$OUT/bench_b.log"
   ;;
 C)
+  python3 -m lingbot_ros.tools.bench --configs default:600,push:600 --rate 30 \
+    --out "$OUT/bench_c.json" 2>&1 | grep -v Warning | tee "$OUT/bench_c.log"
   source scripts/gpu_ros_env.sh
   python3 scripts/node_bench.py --device cuda --preset official --rates "${RATES:-30:3000,60:1500}" \
     --out "$OUT/node_bench.json" 2>&1 | tail -40 | tee "$OUT/node_bench.log"

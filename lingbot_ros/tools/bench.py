@@ -13,7 +13,8 @@ It reports the wall time per frame (``latency_ms``: p50/p90/p99/max of one loop 
 i.e. the period; results land on the host, so every sync is in it), FPS overall and over the
 first and last 10 % of frames, the hand-in-to-result latency, the GPU time of each graph
 replay (CUDA events) and the wall time beyond it, peak and steady GPU memory (sampled every
-100 frames) and the cache state.
+100 frames) and the cache state. ``--rate HZ`` hands frames in at a camera's rate instead of
+back to back (then the hand-in-to-result latency is a frame's own: pipelined vs ``push``).
 
 ``--parity-frames N``: the fast path (graphs, FlashInfer) against the eager torch_ref path on
 the same N frames: max abs ``pose_enc`` difference and a NaN check, for each configuration of
@@ -175,19 +176,28 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
     session.time_replays(True)
     pipeline = over.get("pipeline", True)
     times, memory, latencies, failed = [], [], [], 0
+
+    def take(outcomes) -> None:
+        nonlocal failed
+        latencies.extend(o.latency_ms for o in outcomes if isinstance(o, FrameResult))
+        failed += sum(not isinstance(o, FrameResult) for o in outcomes)
+
+    start = time.perf_counter()
     for i in range(frames):
         t0 = time.perf_counter()
+        # --rate: frames handed in as a camera sends them; meanwhile a finished frame's
+        # outcome is taken within 0.2 ms (as the node's worker does), so its latency is real
+        while args.rate and time.perf_counter() < start + i / args.rate:
+            take(session.collect(wait=False))
+            time.sleep(0.0002)
         # Pipelined: frame i is queued behind frame i-1, whose outcome is then collected
         # (a node with a backlog, a bag replay); else one synchronous push per frame.
         session.submit(images[i % len(images)], 1_000 + i * 33_333_333)
-        outcomes = session.collect(wait=not pipeline)
+        take(session.collect(wait=not pipeline))
         times.append((time.perf_counter() - t0) * 1e3)
-        latencies += [o.latency_ms for o in outcomes if isinstance(o, FrameResult)]
-        failed += sum(not isinstance(o, FrameResult) for o in outcomes)
         if cuda and i % 100 == 99:
             memory.append(torch.cuda.memory_allocated() / 2**30)
-    outcomes = session.collect()
-    latencies += [o.latency_ms for o in outcomes if isinstance(o, FrameResult)]
+    take(session.collect())
     replay_ms = session.replay_ms()
     info = session.info()  # before the profile, which restarts the stream
     peak_gib = torch.cuda.max_memory_allocated() / 2**30 if cuda else None  # before profiling
@@ -204,7 +214,7 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
         "keyframes": cfg.keyframes.policy if cfg.keyframes.policy != "every_n"
         else f"every_n={cfg.keyframes.n}",
         "with_depth": cfg.with_depth, "backend": args.backend, "variant": args.variant,
-        "kv_splits": cfg.kv_splits, "pipelined": pipeline,
+        "kv_splits": cfg.kv_splits, "pipelined": pipeline, "rate_hz": args.rate or None,
         "camera_head": str(model.camera_head.dtype).replace("torch.", ""),
         "fast_path": info["fast_path"], "graph_captures": info["graph_captures"],
         "fused_kernels": info["fused_kernels"],
@@ -304,6 +314,9 @@ def main(argv=None) -> int:
     p.add_argument("--variant", default="fa3", choices=FLASHINFER_VARIANTS)
     p.add_argument("--kv-splits", type=int, default=4, help="flashinfer split-KV parts")
     p.add_argument("--rollover", type=int, default=320, help="keyframes per window (0: never)")
+    p.add_argument("--rate", type=float, default=0.0,
+                   help="hand frames in at this rate (Hz, a camera) instead of back to back; "
+                   "then latency_ms is the time per loop and result_latency_ms is real")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--parity-frames", type=int, default=0,
                    help="also compare the fast path with eager torch_ref over N frames")

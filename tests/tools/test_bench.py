@@ -63,3 +63,16 @@ def test_settings_table_configs_and_the_flop_count(tmp_path):
     assert runs["w56_win2_all"]["input_hw"] == [42, 56] and runs["w56_win2_all"]["window"] == 2
     g = {k: r["gflops_per_frame"] for k, r in runs.items()}
     assert 0 < g["w56_win2_all"] < g["w56_win4_all"] < g["w84_win2_every2"]
+
+
+def test_bench_at_a_camera_rate_reports_each_frames_own_latency(tmp_path):
+    out = tmp_path / "bench.json"
+    assert main(["--preset", "tiny", "--device", "cpu", "--height", "28", "--width", "28",
+                 "--configs", "default:20,push:20", "--rate", "40", "--out", str(out)]) == 0
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["pipelined"] for r in runs] == [True, False]
+    for r in runs:
+        assert r["rate_hz"] == 40 and r["frames_failed"] == 0
+        # paced: 12 streaming frames span at least 11 periods, however fast the step
+        assert r["fps_overall"] <= 40 * 12 / 11
+        assert 0 < r["result_latency_ms"]["p50"] <= r["result_latency_ms"]["p99"]
