@@ -2,7 +2,8 @@
 
 One ``BatchPrefillWithPagedKVCacheWrapper`` (NHD, non-causal, no positional encoding: RoPE is
 applied to q and k before the append) serves all layers: ``plan`` runs once per frame step
-with CPU int32 index tensors (no device sync), ``run`` once per layer. The page size is the
+(without waiting for the GPU: it may run while the previous step replays), ``run`` once per
+layer. The page size is the
 exact number of patch tokens per frame; fa3 handles non-power-of-two pages and a partial last
 page (checked against torch_ref on the GPU). flashinfer is imported lazily, so the package
 works without it.
@@ -113,6 +114,8 @@ class FlashInferPagedBackend:
         self._wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
             self._workspace, kv_layout="NHD", backend=variant, **graph_buffers)
         self._planned = False
+        self._layout: PagedKVLayout | None = None  # the layout planned last
+        self._plan_uploaded: torch.cuda.Event | None = None  # after the last plan's uploads
         self._splits = 1  # requests of the current plan
         self._query_tokens = 0  # the step's queries (one copy)
 
@@ -123,6 +126,11 @@ class FlashInferPagedBackend:
         return self._splits
 
     def plan(self, layout: PagedKVLayout) -> None:
+        """Plan the step of ``layout`` for every layer. Does not wait for the GPU, so it may
+        run while the previous step still replays (``StreamRunner.forecast_next``): its
+        uploads queue behind that step. The layout planned last is not planned again."""
+        if layout is self._layout:
+            return
         c = self.storage.config
         if self.graph_query_tokens is not None:
             if layout.num_query_tokens != self.graph_query_tokens:
@@ -138,14 +146,25 @@ class FlashInferPagedBackend:
             raise ValueError(f"flashinfer graph backend: {layout.num_pages} visible pages "
                              f"cannot be split {splits} ways")
         qo_indptr, kv_indptr, last_page_len = self._split(layout, splits)
+        # FlashInfer copies CPU page indices into its buffer with a blocking copy (a wait for
+        # everything queued on the stream); handed over on the device, they are not waited
+        # for. (The layout's indices are pinned: this upload is asynchronous.)
+        kv_indices = layout.kv_indices.to(self.storage.device, non_blocking=True)
+        # The plan's metadata goes up from one pinned host buffer of the wrapper: the upload
+        # of the previous plan must have left it before it is overwritten.
+        if self._plan_uploaded is not None:
+            self._plan_uploaded.synchronize()
         self._wrapper.plan(
-            qo_indptr, kv_indptr, layout.kv_indices, last_page_len,
+            qo_indptr, kv_indptr, kv_indices, last_page_len,
             num_qo_heads=c.num_heads, num_kv_heads=c.num_heads, head_dim_qk=c.head_dim,
             page_size=c.page_size, causal=False, pos_encoding_mode="NONE",
             q_data_type=self.storage.dtype, kv_data_type=self.storage.dtype)
+        self._plan_uploaded = torch.cuda.Event()
+        self._plan_uploaded.record()
         self._splits = splits
         self._query_tokens = layout.num_query_tokens
         self._planned = True
+        self._layout = layout
 
     @staticmethod
     def _split(layout: PagedKVLayout, splits: int):

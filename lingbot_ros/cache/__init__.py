@@ -6,9 +6,9 @@ behind two torch doors (``storage``, ``layout``); ``PagedKVCache`` ties them tog
 from .camera_cache import CameraCacheTxn, CameraKVCache
 from .errors import CacheError, CacheFullError, TransactionError
 from .frame_txn import FrameTxn
-from .kv_cache import PagedKVCache
+from .kv_cache import PagedKVCache, StepForecast
 from .layout import PagedKVLayout
 from .step_kind import StepKind
 
 __all__ = ["CameraCacheTxn", "CameraKVCache", "CacheError", "CacheFullError", "TransactionError", "FrameTxn", "PagedKVCache",
-           "PagedKVLayout", "StepKind"]
+           "PagedKVLayout", "StepForecast", "StepKind"]

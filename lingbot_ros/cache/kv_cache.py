@@ -10,15 +10,27 @@ plan into tensors once per step. Nothing here runs per layer except ``FrameTxn.w
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..config import CacheConfig
 from .frame_txn import FrameTxn
 from .layout import PagedKVLayout
-from .page_table import PageTable
+from .page_table import PageTable, StepPlan
 from .special_stream import ceil_div
 from .step_kind import StepKind
 from .storage import KVStorage
+
+
+@dataclass(frozen=True)
+class StepForecast:
+    """A step's plan and the tensors ``begin`` makes of it (``PagedKVCache.forecast``)."""
+
+    plan: StepPlan
+    layout: PagedKVLayout
+    k_slots: torch.Tensor  # (num_query_tokens,) int64 K rows on the storage device
+    v_slots: torch.Tensor
 
 
 class PagedKVCache:
@@ -38,8 +50,12 @@ class PagedKVCache:
     def pending(self) -> FrameTxn | None:
         return self._txn if self.table.pending is not None else None
 
-    def begin(self, num_frames: int = 1, kind: StepKind | str = StepKind.KEYFRAME) -> FrameTxn:
+    def begin(self, num_frames: int = 1, kind: StepKind | str = StepKind.KEYFRAME,
+              forecast: StepForecast | None = None) -> FrameTxn:
         """Start a step of ``num_frames`` frames; ``kind`` says what it sees (``StepKind``).
+
+        ``forecast``: from ``forecast`` before the previous step closed; its layout and write
+        rows are reused when the step's plan is the forecast one (else built now).
 
         Raises ``TransactionError`` if a step is pending, ``CacheError`` if the step cannot fit
         and ``CacheFullError`` if growing the special pool would exceed the byte budget; in
@@ -53,12 +69,26 @@ class PagedKVCache:
             self.storage.grow(grow_by)  # raises CacheFullError over budget, before mutating
             self.table.add_special_pages(grow_by)
         plan = self.table.begin(num_frames, kind)
+        if forecast is None or forecast.plan != plan:
+            forecast = self._tensors_of(plan)
+        self._txn = FrameTxn(self.table, self.storage, plan, forecast.layout, forecast.k_slots,
+                             forecast.v_slots)
+        return self._txn
+
+    def forecast(self, pending_commits: bool, num_frames: int = 1,
+                 kind: StepKind | str = StepKind.KEYFRAME) -> StepForecast | None:
+        """The next step's plan, layout and write rows, as ``begin`` will make them once the
+        pending step is committed (``pending_commits``) or rolled back; None if it cannot
+        tell (the special pool must grow first). The cache is unchanged; the write rows'
+        upload is queued on the current stream without waiting for it."""
+        plan = self.table.forecast(pending_commits, num_frames, kind)
+        return None if plan is None else self._tensors_of(plan)
+
+    def _tensors_of(self, plan: StepPlan) -> StepForecast:
         layout = PagedKVLayout.from_plan(plan, self.config.page_size,
                                          self.config.tokens_per_frame)
         k_slots = self._write_slots(plan)
-        self._txn = FrameTxn(self.table, self.storage, plan, layout, k_slots,
-                             k_slots + self.config.page_size)
-        return self._txn
+        return StepForecast(plan, layout, k_slots, k_slots + self.config.page_size)
 
     def current_layout(self) -> PagedKVLayout | None:
         """Layout of what a query would see now (pending step included); None when empty.

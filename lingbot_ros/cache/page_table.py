@@ -11,9 +11,14 @@ A step is a transaction: ``begin(n, kind)`` checks everything first and raises b
 mutating, then reserves the pages (a keyframe step also hides what its commit will evict, a
 speculative step sees the un-evicted window: ``StepKind``); ``commit()`` runs the deferred
 eviction, ``rollback()`` returns the reserved pages and restores every counter.
+
+``forecast`` says what the next step's plan will be once the pending step is closed, without
+touching the table (on a copy): a pipelined caller plans the next step's attention while the
+current one still runs on the GPU, and keeps that work only if ``begin`` returns the same plan.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 from ..config import CacheConfig, is_positive_int
@@ -90,6 +95,23 @@ class PageTable:
         if not special_pages:  # nothing committed or pending
             return [], 0, 0
         return pages, last_len, (len(pages) - 1) * self.config.page_size + last_len
+
+    def forecast(self, pending_commits: bool, num_frames: int = 1,
+                 kind: StepKind | str = StepKind.KEYFRAME) -> StepPlan | None:
+        """The plan ``begin(num_frames, kind)`` would return once the pending step (if any)
+        is committed (``pending_commits``) or rolled back. Computed on a copy: this table is
+        unchanged. None when that step could not begin as things stand (it needs more
+        special pages first, or it would be refused)."""
+        shadow = copy.deepcopy(self, {id(self.config): self.config})
+        if shadow._pending is not None:
+            close = shadow.commit if pending_commits else shadow.rollback
+            close(shadow.generation)
+        try:
+            if shadow.special_pages_short(num_frames):
+                return None
+            return shadow.begin(num_frames, kind)
+        except CacheError:
+            return None
 
     # -- transaction -----------------------------------------------------------------------
     def begin(self, num_frames: int, kind: StepKind | str = StepKind.KEYFRAME) -> StepPlan:

@@ -35,6 +35,7 @@ from ..attention import AttentionBackend
 from ..cache import CameraKVCache, PagedKVCache
 from ..model import UNFUSED, FusedKernels
 from ..model.rope import VideoRope
+from .stats import HostLaps
 from .step_txn import StepTxn
 
 
@@ -87,13 +88,14 @@ class GraphedStep:
     def __init__(self, model, kv_cache: PagedKVCache, camera_cache: CameraKVCache,
                  backend: AttentionBackend, num_scale_frames: int,
                  fused: FusedKernels = UNFUSED,
-                 capture: bool = True) -> None:
+                 capture: bool = True, laps: Optional[HostLaps] = None) -> None:
         """Args:
             backend: attention backend the captured step runs (flashinfer built for CUDA
                 graphs, ``graph_query_tokens`` = tokens per frame).
             fused: the stream's fused kernels, as in ``GCTModel.forward``.
             capture: False runs the graph's body directly every step, through the same
                 static buffers (no CUDA needed): how the CPU tests check that body.
+            laps: the stream's host-time laps (load, plan, launch, copy_outputs).
         """
         device = kv_cache.storage.device
         if capture and device.type != "cuda":
@@ -116,17 +118,24 @@ class GraphedStep:
         self.captures = 0  # graphs captured so far (a recapture means an address moved)
         self.time_replays = False  # record CUDA events around each replay (benchmarks)
         self._replay_events: list[tuple] = []
+        self.laps = laps if laps is not None else HostLaps()
 
     def accepts(self, txn: StepTxn) -> bool:
         """One frame on a cache that holds the anchors: the only steps a graph replays."""
-        return txn.num_frames == 1 and txn.first_frame >= max(1, self.num_scale_frames)
+        return self.accepts_step(txn.num_frames, txn.first_frame)
+
+    def accepts_step(self, num_frames: int, first_frame: int) -> bool:
+        return num_frames == 1 and first_frame >= max(1, self.num_scale_frames)
 
     @torch.no_grad()
     def run(self, images: torch.Tensor, txn: StepTxn, with_depth: bool = True) -> dict:
         """The step's outputs (``StepOutputs`` fields but ``time_index``) for an open ``txn``
         that ``accepts``; the caller closes the transaction."""
+        laps = self.laps
         self._load(images, txn)
+        laps.lap("load")
         self.backend.plan(txn.frame_txn.layout)
+        laps.lap("plan")
         if not self.capture:
             return self._body(with_depth, txn.first_frame)()
         captured = self._graph_for(with_depth, txn.first_frame)
@@ -138,8 +147,11 @@ class GraphedStep:
             self._replay_events.append((start, end))
         else:
             captured.graph.replay()
+        laps.lap("launch")
         # Copies: the next replay overwrites the static outputs; results outlive it.
-        return {k: v.clone() for k, v in captured.outputs.items()}
+        outputs = {k: v.clone() for k, v in captured.outputs.items()}
+        laps.lap("copy_outputs")
+        return outputs
     def replay_ms(self) -> list[float]:
         """GPU time of each replay timed since the last call (waits for the last one)."""
         events, self._replay_events = self._replay_events, []

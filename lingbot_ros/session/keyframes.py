@@ -126,6 +126,11 @@ class KeyframePolicy(Protocol):
 
     def known_before_forward(self, frame_index: int) -> Optional[bool]: ...
 
+    def known_after(self, frame_index: int, keyframe: bool, next_index: int) -> Optional[bool]:
+        """What ``known_before_forward(next_index)`` will say once ``frame_index`` is decided
+        (``keyframe``) and recorded; a pure query (a pipelined session plans ahead)."""
+        ...
+
     def on_keyframe(self, frame_index: int, depth: Optional[Tensor] = None,
                     K: Optional[Tensor] = None, c2w: Optional[Tensor] = None) -> None: ...
 
@@ -161,6 +166,9 @@ class AllFrames(_Base):
     def known_before_forward(self, frame_index: int) -> Optional[bool]:
         return self.decide(frame_index)
 
+    def known_after(self, frame_index: int, keyframe: bool, next_index: int) -> Optional[bool]:
+        return True
+
     def decide(self, frame_index: int, depth: Optional[Tensor] = None,
                K: Optional[Tensor] = None, c2w: Optional[Tensor] = None) -> bool:
         self._check_index(frame_index)
@@ -187,6 +195,10 @@ class EveryN(_Base):
 
     def known_before_forward(self, frame_index: int) -> Optional[bool]:
         return self.decide(frame_index)
+
+    def known_after(self, frame_index: int, keyframe: bool, next_index: int) -> Optional[bool]:
+        last = frame_index if keyframe else self.last_keyframe_index
+        return last is None or next_index - last >= self.n
 
 
 class FlowKeyframes(_Base):
@@ -218,6 +230,9 @@ class FlowKeyframes(_Base):
         """None: every frame's fate comes after its forward (the reference's v2 flow mode
         defers the eviction of every frame, even one the gap rule will keep)."""
         self._check_index(frame_index)
+        return None
+
+    def known_after(self, frame_index: int, keyframe: bool, next_index: int) -> Optional[bool]:
         return None
 
     def decide(self, frame_index: int, depth: Optional[Tensor] = None,

@@ -9,10 +9,13 @@ waits once.
     readback = HostReadback()
     readback.start({"pose_enc": pose_enc, "depth": depth})  # queued behind the step
     ...                                                     # the host does other work
-    arrays = readback.wait()                                # numpy copies, owned by the caller
+    arrays = readback.wait()                                # numpy views, see below
 
-One frame at a time: ``start`` again only after ``wait`` (the buffers are reused). On the CPU
-the same calls copy at once.
+One frame at a time: ``start`` again only after ``wait``. There are two sets of buffers,
+used in turn, so the arrays ``wait`` returns stay valid until the second ``start`` after it:
+a caller may queue the next frame's readback and only then copy out what it keeps (the
+session builds frame t's result after frame t+1's step is queued). On the CPU ``start`` only
+keeps references and ``wait`` gives views of the tensors themselves.
 """
 from __future__ import annotations
 
@@ -24,7 +27,8 @@ import torch
 
 class HostReadback:
     def __init__(self) -> None:
-        self._buffers: dict[str, torch.Tensor] = {}
+        self._buffer_sets: tuple[dict, dict] = ({}, {})  # name -> pinned tensor, used in turn
+        self._next_set = 0
         self._pending: Optional[dict[str, torch.Tensor]] = None
         self._event: Optional[torch.cuda.Event] = None
 
@@ -38,6 +42,7 @@ class HostReadback:
         current stream. RuntimeError if the previous readback was not waited for."""
         if self._pending is not None:
             raise RuntimeError("HostReadback.start: the previous readback was not waited for")
+        buffers = self._buffer_sets[self._next_set]
         pending, cuda = {}, False
         for name, tensor in tensors.items():
             if tensor.dtype == torch.bfloat16:
@@ -45,10 +50,10 @@ class HostReadback:
             if tensor.device.type != "cuda":
                 pending[name] = tensor.detach()
                 continue
-            buf = self._buffers.get(name)
+            buf = buffers.get(name)
             if buf is None or buf.shape != tensor.shape or buf.dtype != tensor.dtype:
                 buf = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
-                self._buffers[name] = buf
+                buffers[name] = buf
             buf.copy_(tensor, non_blocking=True)
             pending[name] = buf
             cuda = True
@@ -56,6 +61,7 @@ class HostReadback:
         if cuda:
             self._event = torch.cuda.Event()
             self._event.record()
+            self._next_set ^= 1  # the next frame copies into the other set
         self._pending = pending
 
     def ready(self) -> bool:
@@ -63,14 +69,15 @@ class HostReadback:
         return self._event is None or self._event.query()
 
     def wait(self) -> dict[str, np.ndarray]:
-        """Block until the copies have landed; numpy arrays the caller owns."""
+        """Block until the copies have landed. Numpy views of the buffers, valid until the
+        second ``start`` after this call: copy what outlives that."""
         if self._pending is None:
             raise RuntimeError("HostReadback.wait: nothing was started")
         pending, self._pending = self._pending, None
         if self._event is not None:
             self._event.synchronize()
             self._event = None
-        return {name: t.numpy().copy() for name, t in pending.items()}
+        return {name: t.numpy() for name, t in pending.items()}
 
     def discard(self) -> None:
         """Forget a started readback (a reset); the buffers are kept for the next frame."""

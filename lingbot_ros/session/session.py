@@ -7,8 +7,10 @@
     session.reset()                                         # between sequences
 
 Pipelined (frames already waiting, e.g. a bag, a benchmark or a node with a backlog): the
-host work of frame t+1 (checks, preprocessing uploaded on a side stream, then, once frame t
-is finished, bookkeeping and the attention plan) runs while the GPU replays frame t:
+host work of frame t+1 (checks, preprocessing uploaded on a side stream) runs while the GPU
+replays frame t; once t is finished, only what t+1's step depends on (t's check, keyframe
+decision and commit, then t+1's bookkeeping, attention plan and launch) runs before the GPU
+has work again, and t's result is built while the GPU replays t+1:
 
     for image, stamp in camera:
         session.submit(image, stamp, "rgb8")    # frame t+1 queued behind frame t
@@ -50,7 +52,7 @@ from ..preprocess import CropInfo, preprocess
 from .keyframes import make_policy
 from .readback import HostReadback
 from .sim3 import Sim3, reference_alignment
-from .stats import LatencyWindow
+from .stats import HostLaps, LatencyWindow
 from .stream_runner import StreamRunner, check_runnable, fast_path_of
 from .trajectory import Trajectory
 from .types import FrameFailed, FrameRejected, FrameResult
@@ -104,6 +106,16 @@ class _InFlight:
     known: Optional[bool]  # keyframe decided before the forward, else None
 
 
+@dataclass
+class _Closed:
+    """A streaming frame whose step is closed (committed or rolled back), result not built."""
+
+    flight: _InFlight
+    host: dict  # its outputs on the host (``HostReadback`` views: valid for one more frame)
+    keyframe: bool
+    rollover_due: bool  # its commit completes the segment: roll over before the next step
+
+
 Outcome = Union[FrameResult, FrameFailed]  # what ``collect`` returns per frame, in order
 
 
@@ -125,6 +137,7 @@ class StreamingSession:
         self._events: deque[SessionEvent] = deque(maxlen=100)
         self._restarts: Counter = Counter()  # by kind; survives restarts, cleared by reset()
         self._readback = HostReadback()
+        self._laps = HostLaps()  # host time per phase of a step, when timed (benchmarks)
         self._in_flight: Optional[_InFlight] = None
         self._ready: list[Outcome] = []  # finished frames not yet collected, in order
         # Uploads and preprocessing of the next frame run beside the current step's replay.
@@ -170,6 +183,7 @@ class StreamingSession:
         """
         self._counts["frames_in"] += 1
         t0 = time.perf_counter()
+        self._laps.mark()
         try:
             stamp_ns, stamp_restart = self._check_stamp(stamp_ns)
             tensor, crop = self._preprocess(image, encoding)
@@ -178,31 +192,44 @@ class StreamingSession:
         except FrameRejected as exc:
             self._counts[f"rejected_{exc.reason}"] += 1
             raise
-        self._finish_in_flight()  # the previous frame's step closes before this one opens
-        restart = stamp_restart or size_restart
-        if restart is not None:
-            self._restart(*restart)
-        if self._model_hw != crop.output_hw:
-            self._allocate(crop.output_hw)
-        self._size_locked = True
-        self._last_stamp = stamp_ns
-        frame = _Pending(tensor, stamp_ns, crop, self._next_index, t0)
-        self._next_index += 1
-        if len(self._anchors_pending) < self.config.num_scale_frames and not self._streaming:
-            self._anchors_pending.append(frame)
-            if len(self._anchors_pending) == self.config.num_scale_frames:
-                try:
-                    self._ready += self._run_scale_phase()
-                except FrameFailed as exc:  # rolled back; the next frames collect new anchors
-                    self._ready.append(exc)
-            return
-        self._in_flight = self._launch_streaming_frame(frame, with_depth)
+        self._laps.lap("checks_preprocess")
+        # The previous frame's step closes before this one opens (its pages and fate decide
+        # this one's); its result is built after this frame's step is queued, off the GPU's
+        # idle time, unless the stream changes first (a restart, a new size, a rollover).
+        closed = self._close_in_flight()
+        try:
+            restart = stamp_restart or size_restart
+            if closed is not None and (restart is not None or closed.rollover_due
+                                       or self._model_hw != crop.output_hw):
+                closed = self._report(closed)
+            if restart is not None:
+                self._restart(*restart)
+            if self._model_hw != crop.output_hw:
+                self._allocate(crop.output_hw)
+            self._size_locked = True
+            self._last_stamp = stamp_ns
+            frame = _Pending(tensor, stamp_ns, crop, self._next_index, t0)
+            self._next_index += 1
+            if len(self._anchors_pending) < self.config.num_scale_frames and not self._streaming:
+                closed = self._report(closed)
+                self._anchors_pending.append(frame)
+                if len(self._anchors_pending) == self.config.num_scale_frames:
+                    try:
+                        self._ready += self._run_scale_phase()
+                    except FrameFailed as exc:  # rolled back; the next frames collect new anchors
+                        self._ready.append(exc)
+                return
+            self._in_flight = self._launch_streaming_frame(frame, with_depth)
+        finally:
+            self._report(closed)  # (a failed launch still reports the frame before)
+        self._plan_ahead(self._in_flight)
 
     def collect(self, wait: bool = True) -> list[Outcome]:
         """Outcomes of the frames handed in, in input order: a ``FrameResult``, or the
         ``FrameFailed`` of a frame that was rolled back. ``wait``: finish the frame in flight
         first; else only what is finished already (a frame still on the GPU stays)."""
         if self._in_flight is not None and (wait or self._readback.ready()):
+            self._laps.mark()
             self._finish_in_flight()
         ready, self._ready = self._ready, []
         return ready
@@ -272,12 +299,14 @@ class StreamingSession:
             attention, fast_path = fast_path_of(self.model, self.config)
             stream = {"attention": attention, "fast_path": fast_path,
                       "fused_kernels": self.fused_kernels, "graph_captures": 0,
-                      "graph_capture_failures": 0, "cache": None, "camera_cache": None}
+                      "graph_capture_failures": 0, "steps_planned_ahead": 0, "cache": None,
+                      "camera_cache": None}
         return {
             "frames_in": c["frames_in"], "frames_processed": c["processed"],
             "keyframes": c["keyframes"], "non_keyframes": c["non_keyframes"],
             "frames_rejected": sum(rejected.values()), "rejected_by_reason": rejected,
             "frames_failed": c["failed_non_finite"],
+            "plan_ahead_failures": c["plan_ahead_failed"],  # the step was then planned as usual
             "phase": "streaming" if self._streaming else "scale_frames",
             "scale_frames_buffered": len(self._anchors_pending),
             "startup_latency_frames": self.config.num_scale_frames,
@@ -300,6 +329,21 @@ class StreamingSession:
         if self._runner is None or self._runner.graph is None:
             return []
         return self._runner.graph.replay_ms()
+
+    def time_host(self, enabled: bool = True) -> None:
+        """Record the host time of each phase of a step (``host_ms``): what the GPU waits
+        for between two replays is ``close`` + ``begin`` + ``load`` + ``plan`` + ``launch``
+        (after ``wait``; ``plan`` is ~0 when the step was planned ahead); the rest overlaps
+        a replay when pipelined."""
+        self._laps.enabled = enabled
+
+    def host_ms(self) -> dict[str, list[float]]:
+        """Milliseconds per phase (``time_host``) since the last call, one entry per step:
+        checks_preprocess, wait (for the frame before), close (its check, decision and
+        commit), begin, load, plan, launch, copy_outputs (graphs; eager: plan, model),
+        readback_start, report (the frame before's result), plan_ahead (the next step's
+        plan, made while this one runs)."""
+        return self._laps.take()
 
     def fast_path(self) -> str:
         """``cuda_graph`` when streaming steps are graph replays, else why they are eager."""
@@ -369,7 +413,7 @@ class StreamingSession:
 
     def _allocate(self, hw: tuple[int, int]) -> None:
         self._runner = None  # free the old size's GPU memory before allocating the new one
-        self._runner = StreamRunner(self.model, self.config, hw)
+        self._runner = StreamRunner(self.model, self.config, hw, laps=self._laps)
         self._model_hw = hw
 
     # -- the two phases --------------------------------------------------------------------
@@ -407,26 +451,47 @@ class StreamingSession:
         except Exception:
             txn.rollback()
             raise
+        self._laps.lap("readback_start")
         return _InFlight(frame, outputs, txn, known)
+
+    def _plan_ahead(self, flight: _InFlight) -> None:
+        """While ``flight`` runs on the GPU, plan the next frame's step as it will be if
+        ``flight`` closes as expected: a keyframe known in advance is committed, any other
+        frame rolled back (a flow frame's fate is a guess; a wrong guess, a failure or a
+        rollover only means the next step is planned anew, after the wait)."""
+        keyframe = flight.known is True
+        index = flight.frame.index
+        known = self._policy.known_after(index, keyframe, index + 1)
+        try:
+            self._runner.forecast_next(keyframe, StepKind.KEYFRAME if known
+                                       else StepKind.SPECULATIVE)
+        except Exception:  # noqa: BLE001 -- only a head start: the next begin plans anyway
+            self._counts["plan_ahead_failed"] += 1
+        self._laps.lap("plan_ahead")
 
     def _finish_in_flight(self) -> None:
         """Wait for the frame in flight (if any), close its step, queue its outcome."""
+        self._report(self._close_in_flight())
+
+    def _close_in_flight(self) -> Optional[_Closed]:
+        """Wait for the frame in flight (if any), check it, decide its fate and close its
+        step: all that the next step depends on. A failed frame's outcome is queued here;
+        a finished one's is built by ``_report``."""
         flight, self._in_flight = self._in_flight, None
         if flight is None:
-            return
+            return None
         try:
             host = self._readback.wait()
         except Exception:  # a CUDA error surfacing at the wait
             flight.txn.rollback()
             raise
+        self._laps.lap("wait")
+        frame, outputs, txn = flight.frame, flight.outputs, flight.txn
         try:
-            self._ready.append(self._finish_streaming_frame(flight, host))
+            self._check_finite(host, txn, f"frame {frame.index}", [frame.stamp_ns])
         except FrameFailed as exc:
             self._ready.append(exc)
-
-    def _finish_streaming_frame(self, flight: _InFlight, host: dict) -> FrameResult:
-        frame, outputs, txn = flight.frame, flight.outputs, flight.txn
-        self._check_finite(host, txn, f"frame {frame.index}", [frame.stamp_ns])
+            return None
         depth = outputs.depth[0, ..., 0] if outputs.depth is not None else None
         keyframe = flight.known if flight.known is not None else self._policy.decide(
             frame.index, depth, outputs.intrinsics[0], outputs.c2w[0])
@@ -436,12 +501,25 @@ class StreamingSession:
             self._segment_keyframes += 1
         else:
             txn.rollback()
-        result = self._result(frame, host, 0, keyframe, 1)
-        if keyframe:
+        rollover_due = keyframe and self._segment_keyframes >= (
+            self.config.rollover_keyframes or 1 << 62)
+        self._laps.lap("close")
+        return _Closed(flight, host, keyframe, rollover_due)
+
+    def _report(self, closed: Optional[_Closed]) -> None:
+        """Queue the result of a closed step (host work only, but for a keyframe's depth
+        kept for the next segment's anchors), then roll the segment over if it is due."""
+        if closed is None:
+            return None
+        frame, outputs = closed.flight.frame, closed.flight.outputs
+        result = self._result(frame, closed.host, 0, closed.keyframe, 1)
+        if closed.keyframe:
             self._remember_keyframe(frame, outputs, 0, result.c2w)
-            if self._segment_keyframes >= (self.config.rollover_keyframes or 1 << 62):
-                self._rollover()
-        return result
+        self._ready.append(result)
+        if closed.rollover_due:
+            self._rollover()
+        self._laps.lap("report")
+        return None
 
     def _check_finite(self, host: dict, txn, what: str, stamps: list[int]) -> None:
         """Roll the step back and raise ``FrameFailed`` if a pose is not finite (diverged
@@ -510,9 +588,10 @@ class StreamingSession:
         """Frame ``i`` of a step's outputs read back to the host (``_host_tensors``)."""
         c2w = self._align.apply_c2w(host["c2w"][i].astype(np.float64))
         K_model = host["K"][i].astype(np.float64)
-        depth = host["depth"][i] if "depth" in host else None
-        conf = host["depth_conf"][i] if "depth_conf" in host else None
-        rgb = host["rgb"][i] if "rgb" in host else None
+        # copies: ``host`` holds views of the readback buffers, which later frames reuse
+        depth = host["depth"][i].copy() if "depth" in host else None
+        conf = host["depth_conf"][i].copy() if "depth_conf" in host else None
+        rgb = host["rgb"][i].copy() if "rgb" in host else None
         latency_ms = (time.perf_counter() - frame.t0) * 1e3
         if i == num_frames - 1:
             self._latency.add(latency_ms)
@@ -521,6 +600,6 @@ class StreamingSession:
         self.trajectory.append(frame.stamp_ns, c2w)
         return FrameResult(index=frame.index, stamp_ns=frame.stamp_ns, keyframe=keyframe,
                            segment=self._segment, c2w=c2w,
-                           pose_enc=host["pose_enc"][i].astype(np.float32),
+                           pose_enc=host["pose_enc"][i].astype(np.float32, copy=True),
                            K=frame.crop.K_to_original(K_model), K_model=K_model, crop=frame.crop,
                            latency_ms=latency_ms, depth=depth, depth_conf=conf, rgb=rgb)

@@ -1,7 +1,9 @@
-"""Latency statistics over a sliding window of recent steps (for diagnostics)."""
+"""Latency statistics over a sliding window of recent steps (diagnostics), and host-time laps
+per step phase (benchmarks)."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 
 import numpy as np
@@ -40,3 +42,33 @@ class LatencyWindow:
         p50, p90, p99 = np.percentile(values, [50, 90, 99])
         return {"count": count, "last": float(values[-1]), "p50": float(p50),
                 "p90": float(p90), "p99": float(p99), "max": float(values.max())}
+
+
+class HostLaps:
+    """Host time of the named phases of each frame step (``StreamingSession.time_host``):
+    where the time goes that the GPU waits for. Off by default; then a lap is one branch.
+
+    Each ``lap(name)`` records the time since the previous lap (or ``mark``) of the same
+    thread's step, so consecutive laps tile the step's host time.
+    """
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self._last = 0.0
+        self._ms: dict[str, list[float]] = {}
+
+    def mark(self) -> None:
+        """Start timing from now (the next lap measures from here)."""
+        if self.enabled:
+            self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        if self.enabled:
+            now = time.perf_counter()
+            self._ms.setdefault(name, []).append((now - self._last) * 1e3)
+            self._last = now
+
+    def take(self) -> dict[str, list[float]]:
+        """Milliseconds per lap name, in the order first seen, since the last call."""
+        ms, self._ms = self._ms, {}
+        return ms

@@ -11,6 +11,8 @@ stays in ``StreamingSession``.
     txn = runner.begin(1, StepKind.SPECULATIVE)   # both caches; checks first, then mutates
     outputs = runner.run(images, txn)             # StepOutputs; on error txn is rolled back
     txn.commit()                                  # or txn.rollback(): exactly once
+    runner.forecast_next(True, StepKind.KEYFRAME) # pipelined: plan the next step while
+                                                  # this one runs (kept if begin agrees)
     runner.reset()                                # between sequences; allocations kept
     runner.info()                                 # cache counters, backend, fast path
 
@@ -25,10 +27,11 @@ from typing import Optional
 import torch
 
 from ..attention import check_backend, choose_backend, make_backend
-from ..cache import CameraKVCache, PagedKVCache, StepKind
+from ..cache import CameraKVCache, PagedKVCache, StepForecast, StepKind
 from ..config import SessionConfig
 from ..model import FusedKernels, StepOutputs
 from .graph_step import GraphCaptureError, GraphedStep
+from .stats import HostLaps
 from .step_txn import StepTxn
 
 _CACHE_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -58,8 +61,11 @@ def check_runnable(model, config: SessionConfig) -> None:
 
 
 class StreamRunner:
-    def __init__(self, model, config: SessionConfig, image_hw: tuple[int, int]) -> None:
+    def __init__(self, model, config: SessionConfig, image_hw: tuple[int, int],
+                 laps: Optional[HostLaps] = None) -> None:
         """Allocate the stream's caches for model inputs of ``image_hw`` (H, W).
+
+        ``laps``: the stream's host-time laps (``StreamingSession.time_host``).
 
         ``model``: a ``GCTModel`` already ``prepare``d on ``config.device``. Raises
         ValueError / RuntimeError for a size or a setting this model and device cannot run
@@ -68,6 +74,7 @@ class StreamRunner:
         self.model = model
         self.config = config
         self.image_hw = tuple(image_hw)
+        self.laps = laps if laps is not None else HostLaps()
         mcfg = model.config
         mcfg.patch_grid(self.image_hw)  # ValueError for a size off the patch grid
         # Per stream, not a switch on the shared model: another stream may choose otherwise.
@@ -84,6 +91,8 @@ class StreamRunner:
         self.backend = make_backend(backend_name, self.kv_cache.storage,
                                     variant=config.flashinfer_variant, kv_splits=config.kv_splits,
                                     fused_merge=self.fused.split_merge)
+        self._forecast: Optional[StepForecast] = None  # the next step's, planned ahead
+        self.forecasts_used = 0  # steps that began as forecast (their plan was ready)
         self.graph: Optional[GraphedStep] = None
         self.graph_capture_failures = 0
         if self._fast_path == "cuda_graph":
@@ -92,7 +101,8 @@ class StreamRunner:
                 graph_query_tokens=cache_cfg.tokens_per_frame,
                 kv_splits=config.graph_kv_splits(), fused_merge=self.fused.split_merge)
             self.graph = GraphedStep(model, self.kv_cache, self.camera_cache, graph_backend,
-                                     config.num_scale_frames, fused=self.fused)
+                                     config.num_scale_frames, fused=self.fused,
+                                     laps=self.laps)
 
     # -- queries ---------------------------------------------------------------------------
     @property
@@ -113,6 +123,7 @@ class StreamRunner:
             "fused_kernel_names": self.fused.names(),
             "graph_captures": self.graph.captures if self.graph is not None else 0,
             "graph_capture_failures": self.graph_capture_failures,
+            "steps_planned_ahead": self.forecasts_used,
             "cache": self.kv_cache.info(),
             "camera_cache": self.camera_cache.info(),
         }
@@ -133,13 +144,30 @@ class StreamRunner:
         if isinstance(num_frames, int) and num_frames > 1 and committed > 0:
             raise ValueError(f"a step of {num_frames} frames is only allowed on empty caches "
                              f"(phase 1); {committed} frames are committed")
-        frame_txn = self.kv_cache.begin(num_frames, kind)
+        forecast, self._forecast = self._forecast, None
+        frame_txn = self.kv_cache.begin(num_frames, kind, forecast)
+        if forecast is not None and frame_txn.layout is forecast.layout:
+            self.forecasts_used += 1
         try:
             camera_txn = self.camera_cache.begin(num_frames)
         except Exception:
             frame_txn.rollback()
             raise
         return StepTxn(frame_txn, camera_txn)
+
+    def forecast_next(self, pending_commits: bool, kind: StepKind | str) -> None:
+        """Plan the next single-frame step now, as it will be once the pending step is
+        committed (``pending_commits``) or rolled back, while that step still runs on the
+        GPU: its layout, write rows and attention plan (whose uploads queue behind the
+        running step). ``begin`` keeps them if its plan is the forecast one, else plans
+        anew (a wrong guess costs only the time spent here)."""
+        self._forecast = None
+        forecast = self.kv_cache.forecast(pending_commits, 1, StepKind.parse(kind))
+        if forecast is None:
+            return
+        graphed = self.graph is not None and self.graph.accepts_step(1, forecast.plan.first_frame)
+        (self.graph.backend if graphed else self.backend).plan(forecast.layout)
+        self._forecast = forecast
 
     @torch.no_grad()
     def run(self, images: torch.Tensor, txn: StepTxn, *, with_depth: bool = True,
@@ -169,6 +197,7 @@ class StreamRunner:
              ) -> tuple[StepOutputs, StepTxn]:
         """``begin`` + ``run``; a failed graph capture is retried once eagerly."""
         txn = self.begin(images.shape[0], kind)
+        self.laps.lap("begin")
         try:
             return self.run(images, txn, with_depth=with_depth), txn
         except GraphCaptureError:
@@ -180,6 +209,7 @@ class StreamRunner:
         captured graphs are kept."""
         self.kv_cache.reset()
         self.camera_cache.reset()
+        self._forecast = None
 
     # -- internals -------------------------------------------------------------------------
     def _check_images(self, images: torch.Tensor, txn: StepTxn) -> None:
@@ -196,9 +226,12 @@ class StreamRunner:
         grid_hw = model.config.patch_grid(self.image_hw)
         rope = model.aggregator.video_rope(txn.first_frame, txn.num_frames, grid_hw)
         self.backend.plan(txn.frame_txn.layout)  # once per step, for every global layer
-        return model(images, txn.first_frame, self.config.num_scale_frames, rope, txn.frame_txn,
-                     txn.camera_txn, self.backend, with_depth=with_depth,
-                     with_points=with_points, fused=self.fused)
+        self.laps.lap("plan")
+        out = model(images, txn.first_frame, self.config.num_scale_frames, rope, txn.frame_txn,
+                    txn.camera_txn, self.backend, with_depth=with_depth,
+                    with_points=with_points, fused=self.fused)
+        self.laps.lap("model")
+        return out
 
     def _run_graph(self, images, txn: StepTxn, with_depth: bool) -> dict:
         try:

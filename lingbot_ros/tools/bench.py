@@ -174,6 +174,7 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     session.time_replays(True)
+    session.time_host(True)
     pipeline = over.get("pipeline", True)
     times, memory, latencies, failed = [], [], [], 0
 
@@ -199,6 +200,7 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
             memory.append(torch.cuda.memory_allocated() / 2**30)
     take(session.collect())
     replay_ms = session.replay_ms()
+    host_ms = session.host_ms()
     info = session.info()  # before the profile, which restarts the stream
     peak_gib = torch.cuda.max_memory_allocated() / 2**30 if cuda else None  # before profiling
     profile = (profile_stages(session, images, args, name)
@@ -217,6 +219,7 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
         "kv_splits": cfg.kv_splits, "pipelined": pipeline, "rate_hz": args.rate or None,
         "camera_head": str(model.camera_head.dtype).replace("torch.", ""),
         "fast_path": info["fast_path"], "graph_captures": info["graph_captures"],
+        "steps_planned_ahead": info["steps_planned_ahead"],
         "fused_kernels": info["fused_kernels"],
         "latency_ms": {"p50": _percentile(streaming, 50), "p90": _percentile(streaming, 90),
                        "p99": _percentile(streaming, 99), "max": max(streaming)},
@@ -243,6 +246,9 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
     result["last_over_first"] = result["fps_last_10pct"] / result["fps_first_10pct"]
     if replay_ms:  # the host time the GPU waits for, per frame
         result["wall_minus_gpu_ms_p50"] = result["latency_ms"]["p50"] - _percentile(replay_ms, 50)
+    # host time per phase of a step (StreamingSession.host_ms): p50 and p99 over the frames
+    result["host_ms"] = {name: {"p50": _percentile(v, 50), "p99": _percentile(v, 99),
+                                "n": len(v)} for name, v in host_ms.items()}
     result["window"] = cfg.window
     result["scale_frames"] = cfg.num_scale_frames
     if args.flops:
@@ -371,6 +377,10 @@ def main(argv=None) -> int:
               f"{(steady or {}).get('max', 0):>11.2f}"
               + (f" {r['gflops_per_frame']:>8.1f} GFLOP" if "gflops_per_frame" in r else ""),
               flush=True)
+        if r.get("gpu_replay_ms"):
+            print(f"   gpu replay p50 {r['gpu_replay_ms']['p50']:.2f} ms; host p50 ms: "
+                  + ", ".join(f"{k} {v['p50']:.3f}" for k, v in r["host_ms"].items()),
+                  flush=True)
         for key in ("gpu_ms_per_frame", "gpu_ms_per_stage"):
             if key in r:
                 print(f"   {key}: " + ", ".join(f"{k} {v}" for k, v in r[key].items()),

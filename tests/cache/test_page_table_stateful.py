@@ -7,6 +7,11 @@ keyframes, to pin down the deferred-eviction rule:
 
 * a speculative step sees exactly the committed cache's tokens plus its own;
 * once committed (or rolled back), the cache equals its twin, page for page.
+
+Forecasts (``PagedKVCache.forecast``, what a pipelined session plans while a step runs) are
+made at random too: they never change the cache, the next single-frame step's plan equals the
+forecast whenever the step before closed as the forecast assumed, and ``begin`` is always handed
+the last forecast, right or wrong (the K/V checks then cover the reused layout and rows).
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ from lingbot_ros.config import CacheConfig
 from tests.cache.naive_model import NaiveCache, expected_kv, frame_kv, state_info
 
 NUM_LAYERS = 2
-OPS = {"count": 0}
+OPS = {"count": 0, "forecasts_right": 0}
 
 
 def snapshot(cache: PagedKVCache):
@@ -59,6 +64,7 @@ class CacheMachine(RuleBasedStateMachine):
         self.txn = self.twin_txn = None
         self.done = None  # the last finished step, for misuse checks
         self.next_uid = 1
+        self.fc = None  # (forecast, pending step commits?, kind, still right?)
 
     def _step_frames_ok(self, n: int) -> bool:
         """Whether the cache must accept a step of n frames (the naive rule)."""
@@ -80,7 +86,13 @@ class CacheMachine(RuleBasedStateMachine):
             assert snapshot(self.cache) == before
             return
         committed_rows = visible_rows(self.cache)
-        self.txn = self.cache.begin(n, kind)
+        fc, self.fc = self.fc, None
+        forecast = fc[0] if fc is not None else None
+        self.txn = self.cache.begin(n, kind, forecast)
+        if forecast is not None and fc[3] and n == 1 and kind is fc[2]:
+            assert self.txn.plan == forecast.plan
+            assert self.txn.layout is forecast.layout  # reused, not rebuilt
+            OPS["forecasts_right"] += 1
         self.twin_txn = self.twin.begin(n, StepKind.KEYFRAME)
         uids = list(range(self.next_uid, self.next_uid + n))
         self.next_uid += n
@@ -102,6 +114,8 @@ class CacheMachine(RuleBasedStateMachine):
 
     def _finish(self, action: str):
         OPS["count"] += 1
+        if self.fc is not None and self.fc[3] == "pending":  # made while this step ran
+            self.fc = (*self.fc[:3], (action == "commit") == self.fc[1])
         getattr(self.txn, action)()
         getattr(self.twin_txn, action)()
         if action == "commit":
@@ -123,9 +137,21 @@ class CacheMachine(RuleBasedStateMachine):
     def rollback(self):
         self._finish("rollback")
 
+    @rule(commits=st.booleans(), kind=st.sampled_from([StepKind.KEYFRAME, StepKind.SPECULATIVE]))
+    def forecast(self, commits, kind):
+        OPS["count"] += 1
+        before = snapshot(self.cache)
+        forecast = self.cache.forecast(commits, 1, kind)
+        assert snapshot(self.cache) == before  # computed on a copy
+        if forecast is not None:
+            assert forecast.plan.num_frames == 1 and forecast.plan.kind is kind
+            # right so far: with no step pending there is nothing to guess
+            self.fc = (forecast, commits, kind, "pending" if self.txn is not None else True)
+
     @rule()
     def reset(self):
         OPS["count"] += 1
+        self.fc = None  # (a forecast from before a reset is of another generation)
         old = self.txn
         self.cache.reset()
         self.twin.reset()
@@ -181,8 +207,9 @@ class CacheMachine(RuleBasedStateMachine):
 
 
 def test_random_operations_match_naive_model():
-    OPS["count"] = 0
+    OPS["count"] = OPS["forecasts_right"] = 0
     run_state_machine_as_test(CacheMachine, settings=settings(
         max_examples=300, stateful_step_count=60, deadline=None, derandomize=True,
         database=None, suppress_health_check=list(HealthCheck)))
     assert OPS["count"] >= 10_000, OPS["count"]
+    assert OPS["forecasts_right"] >= 100, OPS["forecasts_right"]  # the reuse was exercised

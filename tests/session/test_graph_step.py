@@ -244,3 +244,36 @@ def test_fused_kernels_in_the_graph_match_the_unfused_eager_session(tiny_bf16):
     assert plain_s.info()["fused_kernels"] is False
     diff = max(np.abs(f.pose_enc - p.pose_enc).max() for f, p in zip(fused_r, plain_r))
     assert np.isfinite([r.pose_enc for r in fused_r]).all() and diff < 1e-2
+
+
+@gpu
+@pytest.mark.parametrize("policy", ["all", "every_n"])
+def test_steps_planned_while_the_gpu_is_busy_equal_steps_planned_after(tiny_bf16, policy):
+    # A pipelined session plans frame t+1's attention while frame t still runs: its uploads
+    # queue behind the step in flight and must not change what that step reads. A busy wait
+    # queued before every step keeps the GPU busy while the next step is planned.
+    images = gpu_frames(60)
+    keyframes = KeyframeConfig(policy=policy, n=2)
+
+    def stream(plan_ahead: bool):
+        cfg = SessionConfig(num_scale_frames=NSF, window=WINDOW, preprocess=PreprocessConfig(
+            width=HW[1], height=HW[0]), attention_backend="flashinfer", flashinfer_variant="fa3",
+            cuda_graphs=True, device="cuda", rollover_keyframes=20, keyframes=keyframes)
+        session = StreamingSession(tiny_bf16, cfg)
+        out = []
+        for i, image in enumerate(images):
+            torch.cuda._sleep(5_000_000)  # a few ms of GPU time ahead of the step
+            session.submit(image, 1_000 + i)
+            if not plan_ahead:  # (the runner exists once the first frame is in)
+                session._runner.forecast_next = lambda *args: None
+            out += session.collect(wait=False)
+        return session, out + session.collect()
+
+    ahead_s, ahead = stream(True)
+    after_s, after = stream(False)
+    assert ahead_s.info()["steps_planned_ahead"] > 30
+    assert after_s.info()["steps_planned_ahead"] == 0
+    assert [r.index for r in ahead] == [r.index for r in after] == list(range(60))
+    for a, b in zip(ahead, after):
+        np.testing.assert_array_equal(a.pose_enc, b.pose_enc)
+        np.testing.assert_array_equal(a.depth, b.depth)

@@ -142,3 +142,112 @@ def test_a_failure_names_the_stamps_of_its_frames():
         s.submit(imgs[i % 4], STAMP0 + i * DT)
     outcomes = s.collect()
     assert [o.stamps for o in outcomes] == [(STAMP0 + 4 * DT,), (STAMP0 + 5 * DT,)]
+
+
+class RaiseOnce:
+    """A forward hook on the camera head that raises in the call it is armed for (a CUDA
+    error or an out-of-memory in the middle of a step)."""
+
+    def __init__(self, model) -> None:
+        self.armed = False
+        self.handle = model.camera_head.register_forward_hook(self._hook)
+
+    def _hook(self, module, args, output):
+        if self.armed:
+            self.armed = False
+            raise RuntimeError("step failed on purpose")
+
+
+def test_the_frame_before_is_reported_when_the_next_frame_cannot_be_queued():
+    # frame t's result is built after frame t+1's step is queued; when queueing t+1 fails,
+    # t's result must still come out, once, and t+1 must leave the caches as they were
+    s = session(rollover_keyframes=None)
+    hook = RaiseOnce(s.model)
+    imgs = frames(6, seed=9)
+    run(s, imgs[:2])  # the anchors
+    before = cache_state(s)
+    s.submit(imgs[2], STAMP0 + 2 * DT)
+    assert s.in_flight
+    hook.armed = True
+    with pytest.raises(RuntimeError, match="on purpose"):
+        s.submit(imgs[3], STAMP0 + 3 * DT)
+    assert not s.in_flight
+    (frame2,) = s.collect()
+    assert frame2.index == 2 and frame2.keyframe
+    cache, camera, poses, keyframes = cache_state(s)
+    assert (poses, keyframes) == (before[2] + 1, before[3] + 1)  # frame 2 only, committed
+    assert cache["frames_cached"] == before[0]["frames_cached"] + 1
+    s.submit(imgs[4], STAMP0 + 4 * DT)  # the stream goes on
+    assert [r.index for r in s.collect()] == [4]
+    hook.handle.remove()
+
+
+def test_a_rollover_is_done_before_the_next_frame_begins():
+    # the commit that completes a segment rolls over before the next step opens, so the next
+    # frame is the new segment's first; pipelined and push agree (bit for bit, above)
+    s = session(rollover_keyframes=4)
+    out = pipelined(s, frames(8, seed=10))
+    rolled_after = [r.frame_index for r in s.rollovers]  # the frame whose commit rolled over
+    assert len(rolled_after) >= 2
+    for r in out:
+        assert r.segment == sum(i < r.index for i in rolled_after), r.index
+
+
+def test_host_time_is_recorded_per_phase_when_asked():
+    s = session(rollover_keyframes=None)
+    imgs = frames(6, seed=11)
+    pipelined(s, imgs[:2])
+    assert s.host_ms() == {}  # off by default
+    s.time_host(True)
+    pipelined(s, imgs[2:], first=2)
+    ms = s.host_ms()
+    # eager (CPU) steps: plan + model instead of the graph's load / plan / launch
+    assert set(ms) == {"checks_preprocess", "begin", "plan", "model", "readback_start",
+                       "wait", "close", "report", "plan_ahead"}
+    assert len(ms["checks_preprocess"]) == len(ms["begin"]) == 4
+    assert len(ms["report"]) == 4 and all(v >= 0 for lap in ms.values() for v in lap)
+    assert s.host_ms() == {}  # taken
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_the_next_step_is_planned_while_a_frame_runs(policy):
+    # the forecast made while frame t runs is kept when frame t+1 begins as forecast: every
+    # step of `all`; under every_n the guess (a known keyframe commits, other frames roll
+    # back) holds too; under flow a frame the policy keeps makes the next forecast wrong
+    keyframes = POLICIES[policy]
+    if policy == "flow":  # random weights: huge flows; the gap rule keeps every 4th frame
+        keyframes = KeyframeConfig(policy="flow", flow_threshold=1e6, max_gap=4)
+    s = session(keyframes=keyframes, rollover_keyframes=None)
+    imgs = frames(12, seed=12)
+    out = pipelined(s, imgs)
+    stream = [r for r in out if r.index >= s.config.num_scale_frames]  # after the anchors
+    used = s.info()["steps_planned_ahead"]
+    if policy == "flow":  # right after each frame that was rolled back
+        assert used == sum(not r.keyframe for r in stream[:-1])
+        assert 0 < used < len(stream) - 1  # (this sequence has both kinds)
+    else:
+        assert used == len(stream) - 1  # all but the first streaming frame
+
+
+def test_a_wrong_forecast_is_not_used():
+    # a failed frame is rolled back although it was expected to commit: the next step's
+    # plan differs from the forecast and is made anew (the results stay exact)
+    s = session(rollover_keyframes=None)
+    hook = NanOnce(s.model)
+    imgs = frames(6, seed=13)
+    run(s, imgs[:2])
+    s.submit(imgs[2], STAMP0 + 2 * DT)
+    hook.armed = True
+    s.submit(imgs[3], STAMP0 + 3 * DT)
+    hook.armed = False
+    s.submit(imgs[4], STAMP0 + 4 * DT)
+    s.submit(imgs[5], STAMP0 + 5 * DT)
+    outcomes = s.collect()
+    assert isinstance(outcomes[1], FrameFailed)
+    # frames 3, 5 begin as forecast; frame 4 follows the failed frame 3: planned anew
+    assert s.info()["steps_planned_ahead"] == 2
+    ref = session(rollover_keyframes=None)
+    want = run(ref, [imgs[i] for i in (0, 1, 2, 4, 5)])
+    got = [o for o in outcomes if not isinstance(o, FrameFailed)]
+    for a, b in zip(got[-2:], want[-2:]):
+        np.testing.assert_allclose(a.pose_enc, b.pose_enc, atol=0)
