@@ -93,6 +93,7 @@ class _Pending:
     stamp_ns: int
     crop: CropInfo
     index: int
+    ticket: int  # what ``submit`` returned for it
     t0: float  # perf_counter when the frame was handed in
 
 
@@ -140,6 +141,7 @@ class StreamingSession:
         self._laps = HostLaps()  # host time per phase of a step, when timed (benchmarks)
         self._in_flight: Optional[_InFlight] = None
         self._ready: list[Outcome] = []  # finished frames not yet collected, in order
+        self._next_ticket = 0  # never reset: a ticket names one handed-in frame for good
         # Uploads and preprocessing of the next frame run beside the current step's replay.
         self._upload_stream = (torch.cuda.Stream(self.device) if self.device.type == "cuda"
                                else None)
@@ -172,7 +174,7 @@ class StreamingSession:
         return results
 
     def submit(self, image: np.ndarray, stamp_ns: int, encoding: str = "rgb8", *,
-               with_depth: Optional[bool] = None) -> None:
+               with_depth: Optional[bool] = None) -> int:
         """Hand in one frame; return once its step is queued on the GPU, without waiting
         for it (``collect`` gives its outcome). The frame handed in before it is finished
         here, after this frame's checks and preprocessing, which thus overlap its replay.
@@ -180,6 +182,10 @@ class StreamingSession:
         ``FrameRejected`` as in ``push`` (nothing else changes). ``with_depth``: False skips
         the depth head for this frame when no output needs it (it still runs for the flow
         policy and the next segment's anchors); None = ``config.with_depth``.
+
+        Returns the frame's ticket: a number unique over the session's life (a reset or a
+        restart does not reuse one) that its outcome carries (``FrameResult.ticket``,
+        ``FrameFailed.tickets``). A rejected frame gets none: nothing is kept for it.
         """
         self._counts["frames_in"] += 1
         t0 = time.perf_counter()
@@ -208,8 +214,9 @@ class StreamingSession:
                 self._allocate(crop.output_hw)
             self._size_locked = True
             self._last_stamp = stamp_ns
-            frame = _Pending(tensor, stamp_ns, crop, self._next_index, t0)
+            frame = _Pending(tensor, stamp_ns, crop, self._next_index, self._next_ticket, t0)
             self._next_index += 1
+            self._next_ticket += 1
             if len(self._anchors_pending) < self.config.num_scale_frames and not self._streaming:
                 closed = self._report(closed)
                 self._anchors_pending.append(frame)
@@ -218,11 +225,12 @@ class StreamingSession:
                         self._ready += self._run_scale_phase()
                     except FrameFailed as exc:  # rolled back; the next frames collect new anchors
                         self._ready.append(exc)
-                return
+                return frame.ticket
             self._in_flight = self._launch_streaming_frame(frame, with_depth)
         finally:
             self._report(closed)  # (a failed launch still reports the frame before)
         self._plan_ahead(self._in_flight)
+        return frame.ticket
 
     def collect(self, wait: bool = True) -> list[Outcome]:
         """Outcomes of the frames handed in, in input order: a ``FrameResult``, or the
@@ -425,7 +433,7 @@ class StreamingSession:
         host = self._readback.wait()
         # Anchors that gave no usable pose are dropped: the next frames collect new ones.
         self._check_finite(host, txn, f"anchor frames {frames[0].index}-{frames[-1].index}",
-                           [f.stamp_ns for f in frames])
+                           frames)
         txn.commit()
         # The world is the first frame's camera exactly: the network's own estimate for
         # frame 0 is only close to the identity (and arbitrary with random weights).
@@ -488,7 +496,7 @@ class StreamingSession:
         self._laps.lap("wait")
         frame, outputs, txn = flight.frame, flight.outputs, flight.txn
         try:
-            self._check_finite(host, txn, f"frame {frame.index}", [frame.stamp_ns])
+            self._check_finite(host, txn, f"frame {frame.index}", [frame])
         except FrameFailed as exc:
             self._ready.append(exc)
             return None
@@ -521,7 +529,7 @@ class StreamingSession:
         self._laps.lap("report")
         return None
 
-    def _check_finite(self, host: dict, txn, what: str, stamps: list[int]) -> None:
+    def _check_finite(self, host: dict, txn, what: str, frames: list[_Pending]) -> None:
         """Roll the step back and raise ``FrameFailed`` if a pose is not finite (diverged
         weights, a bf16 overflow): such a frame must not enter the caches or the trajectory.
         (Checked on the pose read back for the result: no extra wait.)"""
@@ -530,7 +538,8 @@ class StreamingSession:
         txn.rollback()
         self._counts["failed_non_finite"] += 1
         raise FrameFailed("non_finite", f"{what}: the model's pose is not finite; the step "
-                                        "was rolled back", stamps)
+                                        "was rolled back", [f.stamp_ns for f in frames],
+                          [f.ticket for f in frames])
 
     def _needs_depth(self, wanted: Optional[bool] = None) -> bool:
         """Depth is needed for outputs (``wanted``, else ``config.with_depth``), the flow
@@ -598,7 +607,8 @@ class StreamingSession:
         self._counts["processed"] += 1
         self._counts["keyframes" if keyframe else "non_keyframes"] += 1
         self.trajectory.append(frame.stamp_ns, c2w)
-        return FrameResult(index=frame.index, stamp_ns=frame.stamp_ns, keyframe=keyframe,
+        return FrameResult(index=frame.index, ticket=frame.ticket, stamp_ns=frame.stamp_ns,
+                           keyframe=keyframe,
                            segment=self._segment, c2w=c2w,
                            pose_enc=host["pose_enc"][i].astype(np.float32, copy=True),
                            K=frame.crop.K_to_original(K_model), K_model=K_model, crop=frame.crop,

@@ -25,13 +25,16 @@ class FrameFailed(RuntimeError):
 
     The step was rolled back (the caches are exactly as before the frame) and nothing was
     published or added to the trajectory; the stream goes on with the next frame.
-    ``stamps``: the input stamps of the frames of that step (the anchor frames, or one).
+    ``stamps`` and ``tickets``: the input stamps and the ``submit`` tickets of the frames of
+    that step (the anchor frames, or one).
     """
 
-    def __init__(self, reason: str, message: str, stamps: tuple[int, ...] = ()) -> None:
+    def __init__(self, reason: str, message: str, stamps: tuple[int, ...] = (),
+                 tickets: tuple[int, ...] = ()) -> None:
         super().__init__(message)
         self.reason = reason
         self.stamps = tuple(stamps)
+        self.tickets = tuple(tickets)
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class FrameResult:
     """
 
     index: int  # frames processed since the last reset (0-based)
+    ticket: int  # what ``submit`` returned for this frame (unique over the session's life)
     stamp_ns: int  # the input stamp, unchanged
     keyframe: bool  # committed to the caches (scale-phase frames always are)
     segment: int  # rollovers since the last reset (the stretch between two rollovers)
