@@ -20,11 +20,13 @@ venv: $(STAMP) ros
 $(STAMP): setup.py setup.cfg package.xml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e ".[test,fleet]"
 	touch $@
 
-# ROS 2 Kilted from pip wheels + our interface package, built into the venv. Idempotent and
-# cheap when nothing changed (it keeps its own stamps, keyed on msg/ and srv/).
+# ROS 2 Kilted from pip wheels + our interface package, built into the venv; for the tests also
+# the real launch system (launch, launch_ros, launch_testing, ros2 CLI) from ../shared/ros2-launch
+# (never copied into the repo; without it, or a sourced ROS install, tests/launch skips).
+# Idempotent and cheap when nothing changed (it keeps its own stamps, keyed on its inputs).
 ros: $(STAMP)
 	bash scripts/setup_ros.sh $(VENV)
 

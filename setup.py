@@ -35,6 +35,8 @@ setup(
         "test": ["pytest>=8,<9", "hypothesis>=6.100", "evo>=1.30"],
         "viz": ["matplotlib"],
         "gpu": ["flashinfer-python>=0.6"],
+        # lingbot-ros-eval --ray: work units on a Ray cluster (tested with 2.60)
+        "fleet": ["ray>=2.60,<3"],
     },
     zip_safe=True,
     entry_points={
@@ -47,7 +49,8 @@ setup(
             "lingbot-ros-offline = lingbot_ros.tools.offline:main",
             "lingbot-ros-eval = lingbot_ros.tools.eval_table:main",
             "lingbot-ros-replay = lingbot_ros.tools.bag_replay:main",
-            "lingbot_ros_node = lingbot_ros.ros.node:main",
+            "lingbot-ros-convert-checkpoint = lingbot_ros.tools.convert_checkpoint:main",
+            "lingbot_ros_node = lingbot_ros.ros.main:main",
         ],
     },
 )

@@ -4,10 +4,17 @@
         checkpoint:=/path/lingbot-map.pt [params_file:=my.yaml] [use_sim_time:=true] \
         [namespace:=cam0] [use_compressed:=true] [camera_info_topic:=/camera/camera_info] \
         [device:=cuda] [autostart:=false] [base_frame:=base_link | bare_camera:=true] \
+        [scale_source:=depth] [aligned_depth_topic:=/camera/aligned_depth_to_color/image_raw] \
         [use_rviz:=true]
 
 Arguments left empty (the default of checkpoint, use_compressed, device, autostart,
-base_frame) keep the params file's value; the others are always applied.
+base_frame, scale_source, aligned_depth_topic) keep the params file's value (or, for
+``aligned_depth_topic``, the node's relative ``aligned_depth``); the others are always applied.
+
+``scale_source`` sets ``scale.source`` (none | fixed | depth | odometry | camera_height: where
+the metric scale comes from, docs/node.md "Scale"); ``aligned_depth_topic`` remaps the node's
+``aligned_depth`` input (an RGB-D camera's depth registered to the colour image, for
+``scale_source:=depth``).
 
 ``image_topic`` remaps the node's ``image`` input. With ``use_compressed:=true`` (or
 ``topics.use_compressed: true`` in the params file) the node subscribes to
@@ -22,13 +29,20 @@ file's"), so ``bare_camera:=true`` sets ``frames.base`` to "": the camera is the
 
 ``use_rviz:=true`` also starts rviz2 with the installed ``config/lingbot_ros.rviz``. rviz2 is
 not a dependency of this package (a robot needs no GUI): install it (ros-kilted-rviz2) on the
-machine that shows it. Under a ``namespace`` the config's ``/lingbot_ros/...`` topics are
-remapped to ``/<namespace>/lingbot_ros/...``.
+machine that shows it. It is looked up before anything starts: without it the launch fails
+with an install hint and starts no node. Under a ``namespace`` the config's
+``/lingbot_ros/...`` topics are remapped to ``/<namespace>/lingbot_ros/...``.
+
+The launch ends with the node: when the node exits (a failed configure under autostart exits
+1, e.g. a bad checkpoint; a lifecycle shutdown exits 0), the launch shuts down, and with a
+non-zero status when the node's was non-zero.
 """
+import os
 import re
 
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, OpaqueFunction
+from launch.actions import DeclareLaunchArgument, OpaqueFunction, RegisterEventHandler, Shutdown
+from launch.event_handlers import OnProcessExit
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import LifecycleNode, Node
 from launch_ros.substitutions import FindPackageShare
@@ -36,8 +50,13 @@ from launch_ros.substitutions import FindPackageShare
 NODE_NAME = "lingbot_ros"
 BOOLEANS = {"true": True, "false": False}
 DEVICE = re.compile(r"cpu|cuda|cuda:\d+")
+SCALE_SOURCES = ("none", "fixed", "depth", "odometry", "camera_height")  # scale.source
 # The node's topics shown by config/lingbot_ros.rviz (relative to the node: ~/<name>).
 RVIZ_TOPICS = ("path", "pose", "map_points", "depth", "odometry")
+
+
+class NodeExitedError(RuntimeError):
+    """The node ended with a non-zero status: the launch fails with it."""
 
 
 def _value(context, name: str) -> str:
@@ -91,6 +110,12 @@ def _overrides(context) -> dict:
         overrides["frames.base"] = ""
     elif base_frame:
         overrides["frames.base"] = base_frame
+    scale_source = _value(context, "scale_source").lower()
+    if scale_source:
+        if scale_source not in SCALE_SOURCES:
+            raise ValueError(f"launch argument scale_source must be one of "
+                             f"{', '.join(SCALE_SOURCES)} or empty, got {scale_source!r}")
+        overrides["scale.source"] = scale_source
     return overrides
 
 
@@ -99,7 +124,34 @@ def _remappings(context) -> list:
     info_topic = _value(context, "camera_info_topic") or camera_info_topic(image_topic)
     # 'image' is resolved with this rule before '/compressed' is appended, so the
     # compressed input follows it too: <image_topic>/compressed.
-    return [("image", image_topic), ("camera_info", info_topic)]
+    remappings = [("image", image_topic), ("camera_info", info_topic)]
+    depth_topic = _value(context, "aligned_depth_topic")
+    if depth_topic:
+        remappings.append(("aligned_depth", depth_topic))
+    return remappings
+
+
+def rviz2_executable():
+    """The path of rviz2 as launch_ros finds it (ament index: <prefix>/lib/rviz2/rviz2), or
+    None when rviz2 is not installed."""
+    from ament_index_python.packages import PackageNotFoundError, get_package_prefix
+    try:
+        prefix = get_package_prefix("rviz2")
+    except (PackageNotFoundError, KeyError, ValueError):  # KeyError: no AMENT_PREFIX_PATH
+        return None
+    path = os.path.join(prefix, "lib", "rviz2", "rviz2")
+    return path if os.access(path, os.X_OK) else None
+
+
+def _on_node_exit(event, context):
+    """The node has exited: end the launch (failing it when the node's status was not 0)."""
+    if context.is_shutdown:  # stopped by the launch itself (Ctrl-C): nothing to add
+        return None
+    if event.returncode:
+        raise NodeExitedError(
+            f"{event.action.name} exited with status {event.returncode} (see its log above: "
+            f"with autostart, a failed configure or activate, e.g. a bad checkpoint, exits 1)")
+    return [Shutdown(reason=f"{event.action.name} exited with status {event.returncode}")]
 
 
 def _rviz(context, share) -> Node:
@@ -121,7 +173,15 @@ def _rviz(context, share) -> Node:
 
 def _actions(context, *args, **kwargs):
     share = FindPackageShare("lingbot_ros")
-    actions = [LifecycleNode(
+    # Checked before any action starts: a missing rviz2 must not leave the node running.
+    use_rviz = _boolean(context, "use_rviz")
+    if use_rviz and rviz2_executable() is None:
+        distro = os.environ.get("ROS_DISTRO") or "kilted"
+        raise RuntimeError(f"use_rviz:=true but rviz2 is not installed (not in the ament index "
+                           f"of AMENT_PREFIX_PATH); install it (sudo apt install "
+                           f"ros-{distro}-rviz2) or launch with use_rviz:=false. Nothing was "
+                           f"started.")
+    node = LifecycleNode(
         package="lingbot_ros",
         executable="lingbot_ros_node",
         name=NODE_NAME,
@@ -129,8 +189,10 @@ def _actions(context, *args, **kwargs):
         parameters=[LaunchConfiguration("params_file"), _overrides(context)],
         remappings=_remappings(context),
         output="screen",
-    )]
-    if _boolean(context, "use_rviz"):
+    )
+    actions = [RegisterEventHandler(OnProcessExit(target_action=node, on_exit=_on_node_exit)),
+               node]
+    if use_rviz:
         actions.append(_rviz(context, share))
     return actions
 
@@ -170,6 +232,14 @@ def generate_launch_description():
         DeclareLaunchArgument("bare_camera", default_value="false",
                               description="true: frames.base is empty, the camera is the "
                                           "base (camera-only mode); not with base_frame"),
+        DeclareLaunchArgument("scale_source", default_value="",
+                              description="scale.source: none, fixed, depth, odometry or "
+                                          "camera_height (metres from the robot's sensors); "
+                                          "empty: the params file's"),
+        DeclareLaunchArgument("aligned_depth_topic", default_value="",
+                              description="depth registered to the colour image (16UC1 mm "
+                                          "or 32FC1 m) for scale_source:=depth; empty: the "
+                                          "node's relative 'aligned_depth'"),
         DeclareLaunchArgument("use_sim_time", default_value="false",
                               description="use /clock (bag replay)"),
         DeclareLaunchArgument("namespace", default_value="",

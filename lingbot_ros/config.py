@@ -5,7 +5,6 @@ bookkeeping, so it must not pull in torch or rclpy.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -161,7 +160,7 @@ class KeyframeConfig:
     """
 
     policy: str = "all"
-    n: int = 1  # every_n: keyframe interval in frames
+    n: int = 2  # every_n: keyframe interval in frames (1 would be the same as "all")
     flow_threshold: float = 10.0  # flow: pixels at model resolution
     max_gap: int = 30  # flow: a keyframe at least every max_gap frames
     flow_stride: int = 8  # flow: depth subsampling stride (pixels)
@@ -180,7 +179,8 @@ class KeyframeConfig:
 # --- Streaming session (one camera stream) ---------------------------------------------------
 
 # The allowed values of each setting, used by the configs below, the ROS parameter table
-# (ros/params.py), the attention backends and the fused-kernel switch (model/qk_fused.py).
+# (ros/param_table.py), the attention backends and the fused-kernel switch (model/qk_fused.py).
+MODEL_PRESETS = ("tiny", "official")  # network sizes (model/presets.py builds them)
 PRECISIONS = ("auto", "fp32", "bf16")  # model precision: auto = bf16 aggregator on CUDA
 HEAD_PRECISIONS = ("fp32", "bf16")  # camera head; bf16 missed the 1e-2 pose bound (performance.md)
 ATTENTION_BACKENDS = ("auto", "torch_ref", "flashinfer")
@@ -299,100 +299,3 @@ class SessionConfig:
     def camera_chunk_frames(self) -> int:
         """Camera-head cache capacity step: one window's keyframes when rolling over."""
         return self.rollover_keyframes + 1 if self.rollover_keyframes is not None else 256
-
-
-# --- ROS node I/O (topics, frames, QoS, publishing) ------------------------------------------
-
-IMAGE_QOS = ("auto", "sensor_data", "reliable")
-
-
-@dataclass(frozen=True, slots=True)
-class NodeConfig:
-    """What the ROS node subscribes to and publishes; the session has its own config."""
-
-    image_topic: str = "image"
-    use_compressed: bool = False  # subscribe <image_topic>/compressed (CompressedImage)
-    camera_info_topic: str = "camera_info"
-    image_qos: str = "auto"  # auto (fits the publishers) | sensor_data (best effort) | reliable
-    image_qos_depth: int = 5
-    queue_size: int = 2  # latest-wins queue between the callback and the worker
-    # REP-105 frames. ``base_frame`` "" = camera-only mode (a bare camera: the camera frame
-    # is the tracked frame, map = the first camera's body frame).
-    map_frame: str = "map"
-    odom_frame: str = "odom"
-    base_frame: str = "base_link"
-    camera_frame: str = ""  # "" = the image header's frame_id
-    camera_is_optical: bool = True  # the camera frame has optical axes (x right, y down)
-    publish_map_to_odom: bool = True  # map -> odom (identity, or corrects another odometry)
-    publish_odom_to_base: bool = True  # odom -> base (we are the odometry source)
-    wait_for_extrinsic_s: float = 10.0  # base -> camera missing this long: diagnostics ERROR
-    # ~/odometry's constant diagonal covariance (model units: monocular scale)
-    odom_position_var: float = 1e-2
-    odom_orientation_var: float = 1e-3
-    odom_linear_var: float = 1e-1
-    odom_angular_var: float = 1e-2
-    publish_points: bool = False
-    points_rate_hz: float = 1.0
-    points_stride: int = 4
-    points_min_conf: float = 1.5
-    depth_rate_hz: float = 10.0  # ~/depth + ~/depth/camera_info; 0 = off
-    map_points: bool = False  # accumulate keyframe points into ~/map_points
-    map_rate_hz: float = 1.0  # keyframes added to the map and the map published at most this often
-    map_voxel_size: float = 0.05  # model units; doubles when the map reaches map_max_points
-    map_max_points: int = 1_000_000
-    path_max_poses: int = 10_000  # 0 = unbounded
-    cache_info_rate_hz: float = 1.0
-    diagnostics_rate_hz: float = 1.0
-    max_image_pixels: int = 4096 * 4096  # larger images are rejected (counted)
-    path_rate_hz: float = 1.0  # ~/path (the whole history) at most this often
-    warn_drop_share: float = 0.5  # diagnostics WARN above this share of recent frames lost
-    stall_timeout_s: float = 5.0  # diagnostics ERROR: input arrives, nothing processed this long
-
-    def __post_init__(self) -> None:
-        for name in ("image_topic", "camera_info_topic", "map_frame", "odom_frame"):
-            if not isinstance(getattr(self, name), str) or not getattr(self, name):
-                raise ValueError(f"{name} must be a non-empty string")
-        if self.odom_frame == self.map_frame:
-            raise ValueError(f"odom_frame must differ from map_frame ({self.map_frame!r})")
-        if self.base_frame in (self.map_frame, self.odom_frame):
-            raise ValueError(f"base_frame must differ from map_frame and odom_frame, got "
-                             f"{self.base_frame!r}")
-        if self.image_qos not in IMAGE_QOS:
-            raise ValueError(f"qos.image must be one of {IMAGE_QOS}, got {self.image_qos!r}")
-        for name in ("image_qos_depth", "queue_size", "points_stride", "max_image_pixels",
-                     "map_max_points"):
-            check_positive_int(name, getattr(self, name))
-        check_non_negative_int("path_max_poses", self.path_max_poses)
-        for name in ("points_rate_hz", "cache_info_rate_hz", "diagnostics_rate_hz",
-                     "path_rate_hz", "map_rate_hz"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0 < value <= 1000:
-                raise ValueError(f"{name} must be in (0, 1000] Hz, got {value!r}")
-        if not isinstance(self.depth_rate_hz, (int, float)) or not 0 <= self.depth_rate_hz <= 1000:
-            raise ValueError(f"depth_rate_hz must be in [0, 1000] Hz, got {self.depth_rate_hz!r}")
-        for name in ("wait_for_extrinsic_s", "map_voxel_size"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0 < value < math.inf:
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
-        for name in ("odom_position_var", "odom_orientation_var", "odom_linear_var",
-                     "odom_angular_var"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        if not isinstance(self.warn_drop_share, (int, float)) or not 0 < self.warn_drop_share <= 1:
-            raise ValueError(f"warn_drop_share must be in (0, 1], got {self.warn_drop_share!r}")
-        if not isinstance(self.stall_timeout_s, (int, float)) or not 0 < self.stall_timeout_s:
-            raise ValueError(f"stall_timeout_s must be > 0 seconds, got {self.stall_timeout_s!r}")
-        if not isinstance(self.points_min_conf, (int, float)) or self.points_min_conf < 1:
-            raise ValueError(f"points_min_conf must be >= 1 (confidence is 1 + exp(.)), got "
-                             f"{self.points_min_conf!r}")
-
-    @property
-    def camera_only(self) -> bool:
-        """No robot base: the camera frame is the tracked frame (``base_frame`` "")."""
-        return not self.base_frame
-
-    @property
-    def needs_depth(self) -> bool:
-        """Some output reads the depth map (results must carry it)."""
-        return self.publish_points or self.depth_rate_hz > 0 or self.map_points

@@ -5,6 +5,9 @@
 #   PART=B: 10,000 frames of the default, every2 and flow (flatness, memory)
 #   PART=C: the node at 30 and 60 Hz (scripts/node_bench.py), and the session at a 30 Hz
 #           camera rate, pipelined and synchronous (each frame's own latency)
+#   PART=V: verification after a restructure (the GPU issue's part 1): the GPU tests, the
+#           fast path vs eager torch_ref per keyframe policy (450 frames: pose <= 1e-2,
+#           keyframe decisions identical), and default:3000 (FPS, flatness, memory)
 # Results land in $OUT (or ./out).
 set -uo pipefail
 source scripts/gpu_env.sh
@@ -23,6 +26,15 @@ B)
     -p no:cacheprovider -rfE 2>&1 | tail -8 | tee "$OUT/pytest_gpu_b.log"
   python3 -m lingbot_ros.tools.bench --configs "${CONFIGS:-default:10000,every2:1000,flow:1000}" \
     --out "$OUT/bench_b.json" 2>&1 | grep -v Warning | tee "$OUT/bench_b.log"
+  ;;
+V)
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+  python3 -m pytest ${GPU_TESTS:-tests/model tests/attention tests/session tests/cache} -m gpu -q \
+    -p no:cacheprovider -rfE 2>&1 | tail -25 | tee "$OUT/pytest_gpu.log"
+  python3 -m lingbot_ros.tools.bench --parity-frames "${PARITY_FRAMES:-450}" \
+    --parity-configs "${PARITY_CONFIGS:-default,every2,flow}" \
+    --configs "${CONFIGS:-default:3000}" --out "$OUT/bench_v.json" 2>&1 | grep -v Warning \
+    | tee "$OUT/bench_v.log"
   ;;
 C)
   python3 -m lingbot_ros.tools.bench --configs default:600,push:600 --rate 30 \

@@ -9,7 +9,13 @@
 # 3. builds interfaces/lingbot_ros_interfaces (definitions from msg/ and srv/) with cmake and
 #    installs it into the venv itself, which is an ament prefix: nothing is needed at run time;
 # 4. builds the minimal interfaces/tf2_msgs the same way, only when no real tf2_msgs is
-#    importable (pip-only environments: tf2 has no wheels).
+#    importable (pip-only environments: tf2 has no wheels);
+# 5. test tooling, outside the repository: the real launch system (launch, launch_ros,
+#    launch_testing, ros2launch, the ros2 CLI verbs) from the wheels in ../shared/ros2-launch
+#    (pip --no-index --no-deps, plus osrf-pycommon psutil argcomplete packaging from the index)
+#    and composition_interfaces built from its source there, which launch_ros imports. Skipped
+#    when launch_ros is importable from elsewhere (a sourced ROS install) or when there is no
+#    ../shared/ros2-launch (then the launch tests skip and say why).
 # See docs/ros.md. Idempotent: each step records a key (hash of its inputs) under
 # VENV/.lingbot_ros-ros/ and is skipped while the key matches. Needs cmake >= 3.16 and a C/C++
 # compiler (Debian: apt-get install cmake g++).
@@ -108,6 +114,32 @@ elif "$PY" -c 'import tf2_msgs.msg' 2>/dev/null; then
 else
   build_interfaces tf2_msgs "$TF_SRC" "$TF_KEY"
 fi
+# --- 5. the launch system, for the tests -------------------------------------------------------
+# Never copied into the repository: installed from the shared folder beside the clone.
+LAUNCH_DIR="${LINGBOT_ROS2_LAUNCH_DIR:-$REPO/../shared/ros2-launch}"
+LAUNCH_PYPI=(osrf-pycommon psutil argcomplete packaging)
+if [ -f "$STAMPS/launch.key" ] || ! "$PY" -c 'import launch_ros' 2>/dev/null; then
+  if [ -d "$LAUNCH_DIR/wheels" ] && [ -d "$LAUNCH_DIR/src/composition_interfaces" ]; then
+    LAUNCH_DIR=$(cd "$LAUNCH_DIR" && pwd)
+    COMP_SRC="$LAUNCH_DIR/src/composition_interfaces"
+    LAUNCH_KEY=$(printf '%s\n' "$WHEELS_KEY" "${LAUNCH_PYPI[@]}" "$(key_of "$LAUNCH_DIR"/wheels/*.whl \
+      "$COMP_SRC"/package.xml "$COMP_SRC"/CMakeLists.txt "$COMP_SRC"/srv/*.srv \
+      "$REPO/scripts/setup_ros.sh")" | sha256sum | cut -c1-16)
+    if [ "$(cat "$STAMPS/launch.key" 2>/dev/null)" != "$LAUNCH_KEY" ]; then
+      log "installing the launch system (tests) from $LAUNCH_DIR"
+      "$PY" -m pip install -q --no-index --no-deps "$LAUNCH_DIR"/wheels/*.whl
+      "$PY" -m pip install -q "${LAUNCH_PYPI[@]}" 'pytest<9'
+      rm -f "$STAMPS/launch.key"
+      build_interfaces composition_interfaces "$COMP_SRC" "$LAUNCH_KEY"
+      "$PY" -c 'import launch_ros.actions, launch_testing, composition_interfaces.srv'
+      mv "$STAMPS/composition_interfaces.key" "$STAMPS/launch.key"
+    fi
+  else
+    echo "setup_ros: no launch system ($LAUNCH_DIR/wheels missing, no ROS install): the" \
+         "launch tests will be skipped" >&2
+  fi
+fi
+
 "$PY" -c 'import rclpy, tf2_msgs.msg, lingbot_ros_interfaces.msg' || {
   echo "setup_ros.sh: the installed ROS packages do not import (see above)" >&2; exit 1; }
 log "ROS 2 ready in $VENV"

@@ -1,4 +1,5 @@
 """Shared test fixtures: the reference_tiny golden fixture, its model and frames."""
+import logging
 import os
 from pathlib import Path
 
@@ -15,6 +16,21 @@ FIXTURES = Path(os.environ.get(
 FIXTURE = FIXTURES / "reference_tiny"
 FIXTURE_KF2 = FIXTURES / "reference_tiny_kf2"  # keyframe interval 2: the deferred eviction
 SCALE_FRAMES, WINDOW = 2, 3  # the fixture's streaming settings
+
+
+@pytest.fixture(autouse=True)
+def standard_loggers():
+    """launch_testing's pytest plugin (installed for tests/launch) imports ``launch``, which
+    makes every logger created afterwards a ``LaunchLogger`` that does not propagate, and
+    sets that class again each time a launch test resets its logging: ``caplog`` would then
+    see nothing of our modules. Each test starts with the standard class, and our loggers
+    propagate as usual."""
+    if logging.getLoggerClass() is not logging.Logger:
+        logging.setLoggerClass(logging.Logger)
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if name.startswith("lingbot_ros") and isinstance(logger, logging.Logger):
+            logger.propagate = True
+    yield
 
 
 @pytest.fixture(scope="session")

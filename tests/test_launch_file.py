@@ -1,10 +1,13 @@
-"""launch/lingbot_ros.launch.py, checked without ROS' `launch` package (not installable from
-pip here): it compiles, and its syntax tree names the package, executable, node name, params
-file and launch arguments that the rest of the package provides. Its logic (the node's
-parameter overrides and remappings, built when launched) runs against stand-ins that record
-what the launch file asks of `launch` and `launch_ros`: every argument's effect, the
-camera_info remap beside the image topic, the optional rviz2 node, and the errors of bad
-values."""
+"""launch/lingbot_ros.launch.py, statically and through its argument logic.
+
+The launch file is run for real by the real launch system in tests/launch/ (poses through a
+bag replay, reset, exit codes, a bad checkpoint, use_rviz without rviz2, Ctrl-C). Here, fast
+and without ROS: it compiles; its syntax tree names the package, executable, node name, params
+file and launch arguments that the rest of the package provides; and the arguments' effect on
+the node (parameter overrides, remappings, the rviz2 node's config and remaps, the errors of
+bad values) is read from its OpaqueFunction run against stand-ins that record what it asks of
+`launch` and `launch_ros`.
+"""
 from __future__ import annotations
 
 import ast
@@ -21,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 LAUNCH = REPO / "launch" / "lingbot_ros.launch.py"
 ARGUMENTS = {"checkpoint", "params_file", "image_topic", "use_sim_time", "namespace",
              "use_compressed", "camera_info_topic", "device", "autostart", "base_frame",
-             "bare_camera", "use_rviz"}
+             "bare_camera", "use_rviz", "scale_source", "aligned_depth_topic"}
 # Read through the file's helpers (_value, _boolean) with the argument name as a literal.
 READERS = {"LaunchConfiguration": 0, "_value": 1, "_boolean": 1}
 
@@ -91,7 +94,7 @@ def test_starts_our_node(tree):
 
 def test_the_executable_and_the_installed_files_exist():
     setup = (REPO / "setup.py").read_text()
-    assert re.search(r"lingbot_ros_node\s*=\s*lingbot_ros\.ros\.node:main", setup)
+    assert re.search(r"lingbot_ros_node\s*=\s*lingbot_ros\.ros\.main:main", setup)
     assert "launch/*.launch.py" in setup and "config/*.yaml" in setup
     assert "config/*.rviz" in setup
     assert (REPO / "config" / "lingbot_ros.yaml").is_file()
@@ -138,7 +141,9 @@ class _LaunchConfiguration(_Recorded):
 def launch_module(monkeypatch):
     """The launch file imported with stand-in launch / launch_ros modules."""
     names = {"launch": ["LaunchDescription"],
-             "launch.actions": ["DeclareLaunchArgument", "OpaqueFunction"],
+             "launch.actions": ["DeclareLaunchArgument", "OpaqueFunction",
+                                "RegisterEventHandler", "Shutdown"],
+             "launch.event_handlers": ["OnProcessExit"],
              "launch.substitutions": ["PathJoinSubstitution"],
              "launch_ros.actions": ["LifecycleNode", "Node"],
              "launch_ros.substitutions": ["FindPackageShare"]}
@@ -197,10 +202,16 @@ def test_defaults_keep_the_params_file(launch_module):
     assert {name: value for name, value in defaults.items() if name != "params_file"} == {
         "checkpoint": "", "image_topic": "/camera/image_raw", "camera_info_topic": "",
         "use_compressed": "", "device": "", "autostart": "", "base_frame": "",
-        "bare_camera": "false", "use_sim_time": "false", "namespace": "", "use_rviz": "false"}
+        "bare_camera": "false", "use_sim_time": "false", "namespace": "", "use_rviz": "false",
+        "scale_source": "", "aligned_depth_topic": ""}
     actions = _launch(launch_module)
-    assert [type(a).__name__ for a in actions] == ["LifecycleNode"], "no rviz2 by default"
-    node = actions[0]
+    assert [type(a).__name__ for a in actions] == ["RegisterEventHandler", "LifecycleNode"], \
+        "no rviz2 by default"
+    node = actions[1]
+    # The launch ends with the node (a failed autostart fails the launch: tests/launch/).
+    (handler,) = actions[0].args
+    assert type(handler).__name__ == "OnProcessExit"
+    assert handler.kwargs["target_action"] is node
     assert _overrides(node) == {"use_sim_time": False}
     assert node.kwargs["remappings"] == [("image", "/camera/image_raw"),
                                          ("camera_info", "/camera/camera_info")]
@@ -261,6 +272,26 @@ def test_base_frame_arguments(launch_module, values, expected):
     assert _overrides(_launched_node(launch_module, **values)).get("frames.base") == expected
 
 
+@pytest.mark.parametrize("value, expected", [("", None), ("depth", "depth"),
+                                             ("FIXED", "fixed"), ("none", "none")])
+def test_scale_source_argument(launch_module, value, expected):
+    assert _overrides(_launched_node(launch_module, scale_source=value)).get("scale.source") \
+        == expected
+
+
+def test_scale_source_argument_is_validated(launch_module):
+    with pytest.raises(ValueError, match="scale_source must be one of"):
+        _launched_node(launch_module, scale_source="lidar")
+
+
+def test_aligned_depth_topic_argument_remaps_the_depth_input(launch_module):
+    node = _launched_node(launch_module, image_topic="/camera/image_raw",
+                          aligned_depth_topic="/camera/aligned_depth_to_color/image_raw")
+    assert node.kwargs["remappings"] == [
+        ("image", "/camera/image_raw"), ("camera_info", "/camera/camera_info"),
+        ("aligned_depth", "/camera/aligned_depth_to_color/image_raw")]
+
+
 def test_bare_camera_and_base_frame_contradict(launch_module):
     with pytest.raises(ValueError, match="bare_camera:=true and base_frame:=base_link"):
         _launched_node(launch_module, bare_camera="true", base_frame="base_link")
@@ -295,10 +326,14 @@ def test_empty_image_topic_is_refused(launch_module):
 @pytest.mark.parametrize("namespace, prefix", [("", "/lingbot_ros"),
                                                ("robot1", "/robot1/lingbot_ros"),
                                                ("/robot1/", "/robot1/lingbot_ros")])
-def test_use_rviz_starts_rviz2_with_the_installed_config(launch_module, namespace, prefix):
+def test_use_rviz_starts_rviz2_with_the_installed_config(launch_module, monkeypatch,
+                                                         namespace, prefix):
+    # Where rviz2 is installed (it is not here: tests/launch/ checks the refusal for real).
+    monkeypatch.setattr(launch_module, "rviz2_executable", lambda: "/opt/ros/x/lib/rviz2/rviz2")
     actions = _launch(launch_module, use_rviz="true", namespace=namespace, use_sim_time="true")
-    assert [type(a).__name__ for a in actions] == ["LifecycleNode", "Node"]
-    rviz = actions[1]
+    assert [type(a).__name__ for a in actions] == ["RegisterEventHandler", "LifecycleNode",
+                                                   "Node"]
+    rviz = actions[2]
     assert (rviz.kwargs["package"], rviz.kwargs["executable"]) == ("rviz2", "rviz2")
     flag, config = rviz.kwargs["arguments"]
     assert flag == "-d"

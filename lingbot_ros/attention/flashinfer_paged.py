@@ -114,7 +114,6 @@ class FlashInferPagedBackend:
         self._wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
             self._workspace, kv_layout="NHD", backend=variant, **graph_buffers)
         self._planned = False
-        self._layout: PagedKVLayout | None = None  # the layout planned last
         self._plan_uploaded: torch.cuda.Event | None = None  # after the last plan's uploads
         self._splits = 1  # requests of the current plan
         self._query_tokens = 0  # the step's queries (one copy)
@@ -127,10 +126,8 @@ class FlashInferPagedBackend:
 
     def plan(self, layout: PagedKVLayout) -> None:
         """Plan the step of ``layout`` for every layer. Does not wait for the GPU, so it may
-        run while the previous step still replays (``StreamRunner.forecast_next``): its
-        uploads queue behind that step. The layout planned last is not planned again."""
-        if layout is self._layout:
-            return
+        run while the previous step still replays (``StreamRunner.prepare_next``): its
+        uploads queue behind that step. The caller plans each step once."""
         c = self.storage.config
         if self.graph_query_tokens is not None:
             if layout.num_query_tokens != self.graph_query_tokens:
@@ -164,7 +161,6 @@ class FlashInferPagedBackend:
         self._splits = splits
         self._query_tokens = layout.num_query_tokens
         self._planned = True
-        self._layout = layout
 
     @staticmethod
     def _split(layout: PagedKVLayout, splits: int):

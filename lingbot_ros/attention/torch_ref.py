@@ -17,12 +17,8 @@ class TorchRefBackend:
         self._k_rows: torch.Tensor | None = None
         self._v_rows: torch.Tensor | None = None
         self._num_query_tokens = 0
-        self._layout: PagedKVLayout | None = None  # the layout planned last
 
     def plan(self, layout: PagedKVLayout) -> None:
-        if layout is self._layout:  # planned ahead (``StreamRunner.forecast_next``)
-            return
-        self._layout = layout
         rows = layout.token_slots().to(self.storage.device, non_blocking=True)
         self._k_rows, self._v_rows = rows, rows + layout.page_size
         self._num_query_tokens = layout.num_query_tokens

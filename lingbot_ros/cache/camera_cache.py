@@ -88,6 +88,31 @@ class CameraKVCache:
         self.generation += 1
         self._txn = None
 
+    def state_dict(self) -> tuple[dict, torch.Tensor]:
+        """(plain data, tensor) of the committed frames between steps: the frame count and
+        their keys and values, (iterations, layers, 2, frames, heads, head_dim), copied to
+        the host in the cache's dtype. ``TransactionError`` while a step is pending."""
+        if self._txn is not None:
+            raise TransactionError("a camera-cache step is pending: a snapshot is taken "
+                                   "between steps")
+        return {"num_frames": self.num_frames}, self.data[:, :, :, :self.num_frames].cpu()
+
+    def load_state_dict(self, state: dict, data: torch.Tensor) -> None:
+        """Forget everything, then hold the frames of ``state_dict``'s output (the storage
+        grows in whole chunks as needed). ValueError if they do not fit this cache."""
+        n = int(state["num_frames"])
+        want = (self.num_iterations, self.num_layers, 2, n, self.num_heads, self.head_dim)
+        if tuple(data.shape) != want:
+            raise ValueError(f"camera-cache state has shape {tuple(data.shape)}, this cache "
+                             f"expects {want}")
+        if data.dtype != self.dtype:
+            raise ValueError(f"camera-cache state is {data.dtype}, this cache holds {self.dtype}")
+        self.reset()
+        if n > self.capacity:
+            self.data = self._allocate(-(-n // self.chunk_frames) * self.chunk_frames)
+        self.data[:, :, :, :n].copy_(data)
+        self.num_frames = n
+
     def info(self) -> dict:
         return {"frames_cached": self.num_frames, "capacity_frames": self.capacity,
                 "bytes_reserved": self.nbytes, "step_pending": int(self._txn is not None)}

@@ -13,7 +13,7 @@ without a cycle that would keep gigabytes of storage alive until the garbage col
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Optional, Protocol
 
 from .errors import TransactionError
 from .layout import PagedKVLayout
@@ -26,14 +26,22 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class KVWriter(Protocol):
-    """Where a step's global layers put their K/V: a ``FrameTxn`` or a graph's static slots."""
+    """Where a step's global layers put their K/V: a ``FrameTxn`` or a graph's static slots.
+
+    ``write`` stores one layer's K/V. ``destination`` offers a fused kernel the place to
+    write them itself: (flat K/V rows of the layer, K rows, V rows), or None when the
+    writes must go through ``write`` (a ``FrameTxn``, whose writes are checked)."""
 
     def write(self, layer: int, k: "torch.Tensor", v: "torch.Tensor") -> None: ...
+
+    def destination(self, layer: int
+                    ) -> Optional[tuple["torch.Tensor", "torch.Tensor", "torch.Tensor"]]: ...
 
 
 class FrameTxn:
     def __init__(self, table: PageTable, storage: KVStorage, plan: StepPlan,
-                 layout: PagedKVLayout, k_slots: "torch.Tensor", v_slots: "torch.Tensor") -> None:
+                 layout: PagedKVLayout, k_slots: "torch.Tensor", v_slots: "torch.Tensor",
+                 as_forecast: bool = False) -> None:
         self._table = table
         self._storage = storage
         self.plan = plan
@@ -42,6 +50,7 @@ class FrameTxn:
         self._v_slots = v_slots
         config = storage.config
         self._shape = (layout.num_query_tokens, config.num_heads, config.head_dim)
+        self.as_forecast = as_forecast  # layout and rows are the forecast's (planned ahead)
         self.state = "pending"
 
     @property
@@ -83,6 +92,10 @@ class FrameTxn:
         if not 0 <= layer < storage.config.num_layers:
             raise TransactionError(f"layer {layer} outside [0, {storage.config.num_layers})")
         storage.write(layer, self._k_slots, self._v_slots, k, v)
+
+    def destination(self, layer: int) -> None:
+        """None: a step's K/V go through ``write``, which checks them (``KVWriter``)."""
+        return None
 
     def commit(self) -> None:
         """Keep the step's frames; run the deferred window eviction."""

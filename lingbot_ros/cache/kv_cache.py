@@ -39,23 +39,19 @@ class PagedKVCache:
         self.table = PageTable(config)
         self.storage = KVStorage(config, self.table.num_pages)
         self._offsets = torch.arange(config.page_size)  # patch-slot offsets within a page
-        self._txn: FrameTxn | None = None
 
     @property
     def frames_committed(self) -> int:
         """Committed frames since reset: the time index of the next frame."""
         return self.table.frames_committed
 
-    @property
-    def pending(self) -> FrameTxn | None:
-        return self._txn if self.table.pending is not None else None
-
     def begin(self, num_frames: int = 1, kind: StepKind | str = StepKind.KEYFRAME,
               forecast: StepForecast | None = None) -> FrameTxn:
         """Start a step of ``num_frames`` frames; ``kind`` says what it sees (``StepKind``).
 
         ``forecast``: from ``forecast`` before the previous step closed; its layout and write
-        rows are reused when the step's plan is the forecast one (else built now).
+        rows are reused when the step's plan equals the forecast one (else built now);
+        ``FrameTxn.as_forecast`` says which.
 
         Raises ``TransactionError`` if a step is pending, ``CacheError`` if the step cannot fit
         and ``CacheFullError`` if growing the special pool would exceed the byte budget; in
@@ -69,11 +65,11 @@ class PagedKVCache:
             self.storage.grow(grow_by)  # raises CacheFullError over budget, before mutating
             self.table.add_special_pages(grow_by)
         plan = self.table.begin(num_frames, kind)
-        if forecast is None or forecast.plan != plan:
+        as_forecast = forecast is not None and forecast.plan == plan
+        if not as_forecast:
             forecast = self._tensors_of(plan)
-        self._txn = FrameTxn(self.table, self.storage, plan, forecast.layout, forecast.k_slots,
-                             forecast.v_slots)
-        return self._txn
+        return FrameTxn(self.table, self.storage, plan, forecast.layout, forecast.k_slots,
+                        forecast.v_slots, as_forecast=as_forecast)
 
     def forecast(self, pending_commits: bool, num_frames: int = 1,
                  kind: StepKind | str = StepKind.KEYFRAME) -> StepForecast | None:
@@ -103,7 +99,6 @@ class PagedKVCache:
     def reset(self) -> None:
         """Forget all frames (a pending step is invalidated); the allocation is kept."""
         self.table.reset()
-        self._txn = None
 
     def info(self) -> dict:
         """Counters of the committed state plus memory, for services and diagnostics."""
@@ -118,6 +113,55 @@ class PagedKVCache:
             device=str(self.storage.device),
         )
         return stats
+
+    def state_dict(self) -> tuple[dict, dict[str, torch.Tensor]]:
+        """(plain data, tensors) of the committed state between steps: the page table's
+        bookkeeping, and every layer's pages in logical order, copied to the host with the
+        cache's dtype: ``patch`` (layers, scale + window frames, 2, page_size, heads,
+        head_dim) and ``special`` (layers, pinned + live chunks, ...). No page ids: they are
+        remapped when loaded. The device->host copy is the only wait."""
+        state = self.table.state_dict()
+        patch_pages, special_pages = self._logical_pages()
+        data = self.storage.data
+        tensors = {}
+        for name, pages in (("patch", patch_pages), ("special", special_pages)):
+            index = torch.tensor(pages, dtype=torch.int64, device=data.device)
+            tensors[name] = data.index_select(1, index).cpu()
+        return state, tensors
+
+    def load_state_dict(self, state: dict, tensors: dict[str, torch.Tensor]) -> None:
+        """Load ``state_dict``'s output into this cache (reset first; the special pool grows
+        to the saved page count). Pages are taken from the fresh pools in logical order, so
+        the physical numbering may differ from the saved one. Raises ``CacheError`` /
+        ValueError for a state that does not fit this cache's configuration."""
+        cfg = self.config
+        shape = (cfg.num_layers, 2, cfg.page_size, cfg.num_heads, cfg.head_dim)
+        for name in ("patch", "special"):
+            t = tensors[name]
+            if t.ndim != 6 or (t.shape[0],) + tuple(t.shape[2:]) != shape:
+                raise ValueError(f"{name} pages have shape {tuple(t.shape)}, this cache's "
+                                 f"pages are (layers, n) + {shape[1:]} with {shape[0]} layers")
+            if t.dtype != self.storage.dtype:
+                raise ValueError(f"{name} pages are {t.dtype}, this cache holds "
+                                 f"{self.storage.dtype}")
+        grow = int(state["special_pages_total"]) - self.table.special_pool.num_total
+        if grow > 0:
+            self.storage.grow(grow)
+            self.table.add_special_pages(grow)
+        patch_pages, special_pages = self.table.load_state_dict(state)
+        if (len(patch_pages), len(special_pages)) != (tensors["patch"].shape[1],
+                                                      tensors["special"].shape[1]):
+            self.table.reset()
+            raise ValueError("the page counts of the state and of its tensors differ")
+        data = self.storage.data
+        index = torch.tensor(patch_pages + special_pages, dtype=torch.int64, device=data.device)
+        pages = torch.cat([tensors["patch"], tensors["special"]], dim=1).to(data.device)
+        data.index_copy_(1, index, pages)
+
+    def _logical_pages(self) -> tuple[list[int], list[int]]:
+        """(patch pages: scale then window, special pages: pinned then live), committed."""
+        t = self.table
+        return t.patches.committed_pages(), t.specials.committed_pages()
 
     def check_invariants(self) -> None:
         self.table.check_invariants()

@@ -7,6 +7,7 @@ FIFO; a rolled-back page goes back to the front, which restores the list exactly
 from __future__ import annotations
 
 from collections import deque
+from itertools import chain, islice
 
 from .errors import CacheError
 
@@ -21,10 +22,6 @@ class PagePool:
     @property
     def num_free(self) -> int:
         return len(self._free)
-
-    @property
-    def num_used(self) -> int:
-        return len(self._used)
 
     def can_allocate(self, num_pages: int) -> bool:
         return len(self._free) >= num_pages
@@ -45,6 +42,12 @@ class PagePool:
         """Undo the latest ``allocate``: the page goes back to the front of the free list."""
         self._take_back(page)
         self._free.appendleft(page)
+
+    def peek(self, num_pages: int, returned_front=(), returned_back=()) -> list[int]:
+        """The next ``num_pages`` ids ``allocate`` would give once ``returned_front`` were
+        un-allocated (in that order, as a rollback returns them) and ``returned_back``
+        released. Changes nothing; the caller checks there are that many."""
+        return list(islice(chain(returned_front, self._free, returned_back), num_pages))
 
     def grow(self, num_pages: int) -> None:
         """Add ``num_pages`` new ids right after the current range (the storage grew)."""

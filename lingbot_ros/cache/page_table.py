@@ -13,12 +13,11 @@ speculative step sees the un-evicted window: ``StepKind``); ``commit()`` runs th
 eviction, ``rollback()`` returns the reserved pages and restores every counter.
 
 ``forecast`` says what the next step's plan will be once the pending step is closed, without
-touching the table (on a copy): a pipelined caller plans the next step's attention while the
+touching the table (each stream computes its state after that close, no copy): a pipelined caller plans the next step's attention while the
 current one still runs on the GPU, and keeps that work only if ``begin`` returns the same plan.
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 from ..config import CacheConfig, is_positive_int
@@ -75,10 +74,6 @@ class PageTable:
         """Committed frames since reset: the time index of the next frame."""
         return self.specials.num_frames
 
-    @property
-    def pending(self) -> StepPlan | None:
-        return self._pending
-
     def special_pages_short(self, num_frames: int) -> int:
         """Special pages a step of ``num_frames`` frames lacks (grow the storage by that)."""
         self._check_can_begin(num_frames)
@@ -99,19 +94,29 @@ class PageTable:
     def forecast(self, pending_commits: bool, num_frames: int = 1,
                  kind: StepKind | str = StepKind.KEYFRAME) -> StepPlan | None:
         """The plan ``begin(num_frames, kind)`` would return once the pending step (if any)
-        is committed (``pending_commits``) or rolled back. Computed on a copy: this table is
-        unchanged. None when that step could not begin as things stand (it needs more
-        special pages first, or it would be refused)."""
-        shadow = copy.deepcopy(self, {id(self.config): self.config})
-        if shadow._pending is not None:
-            close = shadow.commit if pending_commits else shadow.rollback
-            close(shadow.generation)
+        is committed (``pending_commits``) or rolled back. Computed from the streams as they
+        would be after that close, without changing (or copying) the table. None when that
+        step could not begin as things stand (it needs more special pages first, or it
+        would be refused)."""
+        kind = StepKind.parse(kind)
+        if not is_positive_int(num_frames):
+            return None
+        pending = self._pending
+        close = None if pending is None else "commit" if pending_commits else "rollback"
+        first = self.frames_committed + (pending.num_frames if close == "commit" else 0)
+        hide = kind is StepKind.KEYFRAME
         try:
-            if shadow.special_pages_short(num_frames):
-                return None
-            return shadow.begin(num_frames, kind)
+            patch_pages, patch_visible = self.patches.forecast(close, first, num_frames, hide)
+            specials = self.specials.forecast(close, num_frames, hide)
         except CacheError:
             return None
+        if specials is None:
+            return None
+        special_slots, special_visible, last_len = specials
+        pages = patch_visible + special_visible
+        return StepPlan(self.generation, kind, first, num_frames, tuple(patch_pages),
+                        tuple(special_slots), tuple(pages), last_len,
+                        (len(pages) - 1) * self.config.page_size + last_len)
 
     # -- transaction -----------------------------------------------------------------------
     def begin(self, num_frames: int, kind: StepKind | str = StepKind.KEYFRAME) -> StepPlan:
@@ -174,6 +179,34 @@ class PageTable:
             "tokens_visible": (scale + window) * self.config.page_size + special_tokens,
             "step_pending": int(self._pending is not None),
         }
+
+    # -- snapshot --------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Plain data of the committed state (frames, chunks, counters; no page ids).
+        ``TransactionError`` while a step is pending."""
+        if self._pending is not None:
+            raise TransactionError(f"frame {self._pending.first_frame} is pending: a snapshot "
+                                   "is taken between steps")
+        return {"patches": self.patches.state_dict(), "specials": self.specials.state_dict(),
+                "special_pages_total": self.special_pool.num_total,
+                "frames_seen": self.frames_seen, "frames_rolled_back": self.frames_rolled_back}
+
+    def load_state_dict(self, state: dict) -> tuple[list[int], list[int]]:
+        """Load ``state`` into this table, reset first (the special pool must already hold
+        ``state["special_pages_total"]`` pages: ``add_special_pages``). Returns the pages
+        taken, logical order: (patch pages: scale then window, special pages: pinned then
+        live), for the storage to be filled in that order."""
+        self.reset()
+        try:
+            patch = self.patches.load_state_dict(state["patches"])
+            special = self.specials.load_state_dict(state["specials"])
+            self.frames_seen = int(state["frames_seen"])
+            self.frames_rolled_back = int(state["frames_rolled_back"])
+            self.check_invariants()
+        except Exception:
+            self.reset()
+            raise
+        return patch, special
 
     # -- checks ----------------------------------------------------------------------------
     def _check_can_begin(self, num_frames: int) -> None:

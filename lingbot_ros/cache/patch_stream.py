@@ -69,6 +69,61 @@ class PatchStream:
     def all_pages(self) -> list[int]:
         return [p for _, p in self._scale + list(self._window) + self._pending]
 
+    def committed_pages(self) -> list[int]:
+        """Committed pages in logical order: scale, then window (oldest first)."""
+        return [p for _, p in self._scale + list(self._window)]
+
+    def forecast(self, close: str | None, first_frame: int, num_frames: int,
+                 hide_evicted: bool) -> tuple[list[int], list[int]]:
+        """(pages, visible pages) that ``append`` would give once the pending step (if any)
+        is closed (``close``: ``commit`` or ``rollback``), computed without changing
+        anything. Raises ``CacheError`` as ``check_append`` would then."""
+        scale, window = self._scale, list(self._window)
+        returned_front, released = [], []
+        if close == "commit":
+            evicted, window = window[:self._num_pending_evict], window[self._num_pending_evict:]
+            released = [p for _, p in evicted]
+            scale = scale + self._pending[:self._num_pending_pinned]
+            window += self._pending[self._num_pending_pinned:]
+        elif close == "rollback":
+            returned_front = [p for _, p in self._pending]
+        num_pinned = min(num_frames, self.scale_frames - len(scale))
+        num_windowed = num_frames - num_pinned
+        if num_windowed > self.window:
+            raise CacheError(f"a step of {num_frames} frames does not fit the window")
+        if self.pool.num_free + len(returned_front) + len(released) < num_frames:
+            raise CacheError(f"a step of {num_frames} frames needs more free patch pages")
+        pages = self.pool.peek(num_frames, returned_front, released)
+        new = list(zip(range(first_frame, first_frame + num_frames), pages))
+        hidden = max(0, len(window) + num_windowed - self.window) if hide_evicted else 0
+        visible = scale + new[:num_pinned] + window[hidden:] + new[num_pinned:]
+        return pages, [p for _, p in visible]
+
+    # -- snapshot --------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """The committed frames in logical order (no page ids: a snapshot does not depend on
+        the physical numbering). Only between steps."""
+        if self._pending:
+            raise CacheError("a patch step is pending: commit or roll it back first")
+        return {"scale_frames": [f for f, _ in self._scale],
+                "window_frames": [f for f, _ in self._window]}
+
+    def load_state_dict(self, state: dict) -> list[int]:
+        """Take the frames of ``state`` on this (empty, freshly reset) stream: one page per
+        frame from the pool, in logical order (scale, then window). Returns those pages, in
+        that order, for the caller to fill."""
+        scale, window = list(state["scale_frames"]), list(state["window_frames"])
+        if self._scale or self._window or self._pending:
+            raise CacheError("load_state_dict needs an empty patch stream")
+        if len(scale) > self.scale_frames or len(window) > self.window:
+            raise CacheError(f"the state holds {len(scale)} scale and {len(window)} window "
+                             f"frames; this stream keeps {self.scale_frames} and {self.window}")
+        if not self.pool.can_allocate(len(scale) + len(window)):
+            raise CacheError("the patch pool is too small for the state")
+        self._scale = [(int(f), self.pool.allocate()) for f in scale]
+        self._window = deque((int(f), self.pool.allocate()) for f in window)
+        return [p for _, p in self._scale + list(self._window)]
+
     # -- transaction -----------------------------------------------------------------------
     def append(self, first_frame: int, num_frames: int, hide_evicted: bool) -> list[int]:
         """Take one page per new frame (call ``check_append`` first).

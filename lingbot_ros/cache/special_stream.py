@@ -73,13 +73,6 @@ class SpecialStream:
         last_len = total - chunks[-1][0] * self.page_size
         return [p for _, p in chunks], last_len
 
-    def visible_token_range(self) -> list[tuple[int, int]]:
-        """Global token ranges [start, end) that are visible, in layout order."""
-        chunks = (self._pinned + list(self._live)[self._num_hidden:]
-                  + self._pending)
-        total = self.num_tokens + self._pending_tokens
-        return [(c * self.page_size, min((c + 1) * self.page_size, total)) for c, _ in chunks]
-
     def committed_usage(self) -> tuple[int, int]:
         """(pages, retained tokens) of the committed state, ignoring a pending step."""
         chunks = self._pinned + list(self._live)
@@ -90,6 +83,66 @@ class SpecialStream:
     def all_pages(self) -> list[int]:
         return [p for _, p in self._pinned + list(self._live) + self._pending]
 
+    def committed_pages(self) -> list[int]:
+        """Committed pages in logical order: pinned chunks, then live ones (oldest first)."""
+        return [p for _, p in self._pinned + list(self._live)]
+
+    def forecast(self, close: str | None, num_frames: int, hide_released: bool
+                 ) -> tuple[list[tuple[int, int]], list[int], int] | None:
+        """(slots, visible pages, last page length) that ``append`` would give once the
+        pending step (if any) is closed (``close``: ``commit`` or ``rollback``), computed
+        without changing anything; None if the pool lacks pages for it (it must grow
+        first). Raises ``CacheError`` as ``pages_needed`` would then."""
+        tokens, pinned, live = self.num_tokens, self._pinned, list(self._live)
+        returned_front, released = [], []
+        if close == "commit":
+            released = [p for _, p in live[:self._num_pending_release]]
+            live = live[self._num_pending_release:]
+            tokens += self._pending_tokens
+            pinned = pinned + [c for c in self._pending if c[0] < self.num_pinned_chunks]
+            live += [c for c in self._pending if c[0] >= self.num_pinned_chunks]
+        elif close == "rollback":
+            returned_front = [p for _, p in self._pending]
+        if self.max_frames is not None and num_frames > self.max_frames:
+            raise CacheError(f"a step of {num_frames} frames exceeds max_special_frames "
+                             f"({self.max_frames})")
+        new_tokens = num_frames * self.tokens_per_frame
+        chunks = range(ceil_div(tokens, self.page_size),
+                       ceil_div(tokens + new_tokens, self.page_size))
+        if len(chunks) > self.pool.num_free + len(returned_front) + len(released):
+            return None
+        pending = list(zip(chunks, self.pool.peek(len(chunks), returned_front, released)))
+        hidden = (self._count_releasable(live, tokens // self.tokens_per_frame + num_frames)
+                  if hide_released else 0)
+        page_of = dict(([live[-1]] if live else pinned[-1:]) + pending)
+        slots = [(page_of[g // self.page_size], g % self.page_size)
+                 for g in range(tokens, tokens + new_tokens)]
+        visible = pinned + live[hidden:] + pending
+        return slots, [p for _, p in visible], tokens + new_tokens - visible[-1][0] * self.page_size
+
+    # -- snapshot --------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """The committed tokens and chunks in logical order (no page ids). Between steps."""
+        if self._pending:
+            raise CacheError("a special step is pending: commit or roll it back first")
+        return {"num_tokens": self.num_tokens, "pinned_chunks": [c for c, _ in self._pinned],
+                "live_chunks": [c for c, _ in self._live]}
+
+    def load_state_dict(self, state: dict) -> list[int]:
+        """Take the chunks of ``state`` on this (empty, freshly reset) stream, one page each
+        from the pool in logical order (pinned, then live); returns those pages in that order
+        for the caller to fill."""
+        pinned, live = list(state["pinned_chunks"]), list(state["live_chunks"])
+        if self._pinned or self._live or self._pending or self.num_tokens:
+            raise CacheError("load_state_dict needs an empty special stream")
+        if not self.pool.can_allocate(len(pinned) + len(live)):
+            raise CacheError(f"the special pool has {self.pool.num_free} free pages, the state "
+                             f"needs {len(pinned) + len(live)}")
+        self.num_tokens = int(state["num_tokens"])
+        self._pinned = [(int(c), self.pool.allocate()) for c in pinned]
+        self._live = deque((int(c), self.pool.allocate()) for c in live)
+        return [p for _, p in self._pinned + list(self._live)]
+
     # -- transaction -----------------------------------------------------------------------
     def append(self, num_frames: int, hide_released: bool) -> list[tuple[int, int]]:
         """Open the pages the step needs; return its (page, offset) slots in token order.
@@ -99,7 +152,8 @@ class SpecialStream:
         new_chunks = self._new_chunks(num_frames)
         self._pending = [(c, self.pool.allocate()) for c in new_chunks]
         self._pending_tokens = num_frames * self.tokens_per_frame
-        self._num_pending_release = self._count_releasable(self.num_frames + num_frames)
+        self._num_pending_release = self._count_releasable(self._live,
+                                                            self.num_frames + num_frames)
         self._num_hidden = self._num_pending_release if hide_released else 0
         tail = [self._live[-1]] if self._live else self._pinned[-1:]
         page_of = dict(tail + self._pending)
@@ -133,12 +187,14 @@ class SpecialStream:
         end_token = self.num_tokens + num_frames * self.tokens_per_frame
         return range(first_new, ceil_div(end_token, self.page_size))
 
-    def _count_releasable(self, frames_after_commit: int) -> int:
+    def _count_releasable(self, live, frames_after_commit: int) -> int:
+        """Chunks at the front of ``live`` whose frames all lie outside the last
+        ``max_frames`` once ``frames_after_commit`` frames are committed."""
         if self.max_frames is None:
             return 0
         oldest_kept_frame = frames_after_commit - self.max_frames
         count = 0
-        for chunk, _ in self._live:
+        for chunk, _ in live:
             last_frame = ((chunk + 1) * self.page_size - 1) // self.tokens_per_frame
             if last_frame >= oldest_kept_frame:
                 break

@@ -10,7 +10,7 @@ Token layout per frame: ``[camera, reg_0 .. reg_{R-1}, scale, patch_0 .. patch_{
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import torch
 from torch import Tensor, nn
@@ -18,13 +18,9 @@ from torch.profiler import record_function
 
 from .config import AggregatorConfig, DinoConfig
 from .dino import DinoEncoder
-from .fused_kernels import UNFUSED, FusedKernels
 from .layers import Block
 from .rope import FrameRope, VideoRope
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..attention.backend import AttentionBackend
-    from ..cache.frame_txn import KVWriter
+from .step import StepContext
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -33,30 +29,28 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 class GlobalBlock(Block):
     """A block whose attention runs over the paged KV cache of its layer."""
 
-    def forward(self, x: Tensor, rope: VideoRope, txn: "KVWriter", backend: "AttentionBackend",
-                layer: int, kv_dtype: torch.dtype, fused: FusedKernels = UNFUSED,
+    def forward(self, x: Tensor, step: StepContext, layer: int, kv_dtype: torch.dtype,
                 normed: Optional[Tensor] = None, next_norm: Optional[nn.LayerNorm] = None):
         """Args:
             x: (N, C) the step's tokens, frame order (N = frames x tokens per frame).
-            rope: 3D rotation for those tokens.
-            txn: where this layer's K/V go: the step's cache transaction (or the static
-                write slots of a CUDA-graph step).
-            backend: attention over the visible pages (planned for this step).
+            step: the step's rotation (``rope``), K/V writer (the step's cache transaction
+                or a CUDA-graph step's static write slots), attention backend (planned for
+                this step) and fused kernels: with ``kv_write`` the q/k kernel writes K/V to
+                the cache where the writer offers a ``destination``, and repeats q for the
+                backend's split-KV requests.
             layer: global block index = cache layer.
             kv_dtype: cache storage dtype (q is cast to it as well).
-            fused: the stream's fused kernels; with ``kv_write`` the q/k kernel writes K/V
-                to the cache (when ``txn`` offers its ``destination``) and repeats q for the
-                backend's split-KV requests.
             normed, next_norm: as in ``Block.forward`` (the chained norms).
         Returns:
-            (N, C); with ``next_norm``, ``(x, next_norm(x))``.
+            ``(x, next_norm(x))`` as ``Block.forward``: x (N, C).
         """
         n = x.shape[0]
+        txn, backend, fused = step.kv_writer, step.backend, step.fused
         copies = backend.query_copies  # the backend also takes q repeated that many times
-        dst = txn.destination(layer) if fused.kv_write and hasattr(txn, "destination") else None
+        dst = txn.destination(layer) if fused.kv_write else None
         # q: (N or copies * N, h, d); k, v: (N, h, d), or None once the kernel wrote them
         h = self.norm1(x) if normed is None else normed
-        q, k, v = self.attn.project_qkv(h, rope, fused, copies, dst)
+        q, k, v = self.attn.project_qkv(h, step.rope, fused, copies, dst)
         if k is not None:  # not written by the fused kernel
             txn.write(layer, k.to(kv_dtype), v.to(kv_dtype))
         with record_function("lingbot/global_attention"):
@@ -108,31 +102,26 @@ class Aggregator(nn.Module):
         scale_tok = self.scale_token[0, 1 - scale]  # (n, 1, C)
         return torch.cat([camera, registers, scale_tok], dim=1)  # (n, S, C)
 
-    def forward(self, images: Tensor, first_frame: int, num_scale_frames: int,
-                video_rope: VideoRope, kv_writer: "KVWriter", backend: "AttentionBackend",
-                fused: FusedKernels = UNFUSED) -> list[Tensor]:
+    def forward(self, images: Tensor, step: StepContext) -> list[Tensor]:
         """One streaming step; the backend is already planned for it.
 
         Args:
             images: (n, 3, H, W) RGB in [0, 1].
-            first_frame: time index of frame 0 of the step; it only picks the special-token
-                variants here (the rotation comes in ``video_rope``).
-            num_scale_frames: frames (from the start of the stream) that get the first
-                scale-token variant; the phase-1 size.
-            video_rope: 3D rotation of the step's tokens (``VideoRope.for_frames``).
-            kv_writer: receives each global layer's K/V (the step's ``FrameTxn``).
-            backend: attention backend over the cache storage, planned for this step.
-            fused: fused q/k-norm + RoPE kernel where it applies (``qk_fused``).
+            step: the step's context (``StepContext``): ``first_frame`` only picks the
+                special-token variants here (the rotation comes in ``rope``); ``kv_writer``
+                receives each global layer's K/V; ``backend`` attends over the cache
+                storage; ``fused``: fused kernels where they apply.
         Returns:
             The selected layers, each (n, T, 2C): concat of frame- and global-block outputs.
         """
         n, _, height, width = images.shape
         c = self.config
+        fused = step.fused
         grid_hw = (height // self.patch_size, width // self.patch_size)
         with record_function("lingbot/dino"):
             normed = ((images - self.image_mean) / self.image_std).to(self.dtype)
             patches = self.patch_embed(normed, fused)  # (n, h*w, C)
-        specials = self.special_tokens(first_frame, n, num_scale_frames)  # (n, S, C)
+        specials = self.special_tokens(step.first_frame, n, step.num_scale_frames)  # (n, S, C)
         x = torch.cat([specials, patches], dim=1)  # (n, T, C)
         tokens = x.shape[1]
 
@@ -146,16 +135,13 @@ class Aggregator(nn.Module):
         for i in range(c.depth):
             nxt = self.global_blocks[i].norm1 if chain else None
             with record_function("lingbot/frame_block"):
-                x = self.frame_blocks[i](x, frame_rope, fused, h, nxt)  # (n, T, C)
-            if chain:
-                x, h = x
+                x, h = self.frame_blocks[i](x, frame_rope, fused, h, nxt)  # (n, T, C)
             frame_out = x
             nxt = self.frame_blocks[i + 1].norm1 if chain and i + 1 < c.depth else None
             with record_function("lingbot/global_block"):  # attention included
-                x = self.global_blocks[i](  # (n, T, C) -> (n*T, C)
-                    x.reshape(n * tokens, -1), video_rope, kv_writer, backend, i, self.dtype,
-                    fused, h.reshape(n * tokens, -1) if h is not None else None, nxt)
-            x, h = x if nxt is not None else (x, None)
+                x, h = self.global_blocks[i](  # (n, T, C) -> (n*T, C)
+                    x.reshape(n * tokens, -1), step, i, self.dtype,
+                    h.reshape(n * tokens, -1) if h is not None else None, nxt)
             x = x.reshape(n, tokens, -1)  # (n*T, C) -> (n, T, C)
             h = h.reshape(n, tokens, -1) if h is not None else None
             if i in c.selected_layers:

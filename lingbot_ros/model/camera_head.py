@@ -39,7 +39,8 @@ class CameraBlock(Block):
         txn.write(iteration, layer, k, v)
         k_all, v_all = txn.visible(iteration, layer)  # (m, h, d), m = cached + n
         out = attend(q, k_all, v_all, txn.visible_mask)  # (n, h*d)
-        return self.ffn_residual(x, self.attn.proj(out))  # (n, C)
+        x, _ = self.ffn_residual(x, self.attn.proj(out))  # (n, C)
+        return x
 
 
 def activate_pose(raw: Tensor) -> Tensor:

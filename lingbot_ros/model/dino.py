@@ -90,6 +90,6 @@ class DinoEncoder(nn.Module):
             x = h  # the final norm came with the last block
         else:
             for block in self.blocks:
-                x = block(x)
+                x, _ = block(x)
             x = self.norm(x)
         return x[:, 1 + self.config.num_register_tokens:]  # (B, h*w, C)

@@ -13,12 +13,10 @@ A stream's state and its step transactions live in ``session.StreamRunner``:
 
 What the runner calls, once the attention backend is planned for the step:
 
-    outputs = model(images, first_frame, num_scale_frames, video_rope, kv_writer, camera_txn,
-                    backend, with_depth=True, fused=UNFUSED)
+    outputs = model(images, StepContext(first_frame, num_scale_frames, video_rope, kv_writer,
+                                        camera_txn, backend, fused, with_depth=True))
 """
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
@@ -30,15 +28,10 @@ from .aggregator import Aggregator
 from .camera_head import CameraHead
 from .config import GCTConfig
 from .dpt_head import DPTHead, activate_depth, activate_points
-from .fused_kernels import UNFUSED, FusedKernels
 from .layers import Attention
 from .pose import pose_to_c2w, pose_to_intrinsics
+from .step import StepContext
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..attention.backend import AttentionBackend
-    from ..cache.camera_cache import CameraCacheTxn
-    from ..cache.frame_txn import KVWriter
-    from .rope import VideoRope
 
 
 class GCTModel(nn.Module):
@@ -109,55 +102,40 @@ class GCTModel(nn.Module):
         return self.aggregator.dtype
 
     @torch.no_grad()
-    def forward(self, images: Tensor, first_frame: int, num_scale_frames: int,
-                video_rope: "VideoRope", kv_writer: "KVWriter", camera_txn: "CameraCacheTxn",
-                backend: "AttentionBackend", with_depth: bool = True, with_points: bool = True,
-                fused: FusedKernels = UNFUSED) -> dict[str, Tensor]:
+    def forward(self, images: Tensor, step: StepContext) -> dict[str, Tensor]:
         """One step's math once the attention backend is planned for it.
 
         Phase 1 is the first ``num_scale_frames`` frames in one step on empty caches (they
         attend to each other both ways); after that every step is one frame.
 
-        Nothing here reads the cache state on the host: the rotation comes in ``video_rope``,
-        K/V go to ``kv_writer``, the camera cache is reached through ``camera_txn``, and
-        ``first_frame`` only picks the special-token variants (identical for every streaming
-        frame). That is what lets a CUDA graph capture it once.
-
         Args:
             images: (n, 3, H, W) RGB in [0, 1] (any float dtype), H and W multiples of the
                 patch size, on the model's device (``check_images``).
-            first_frame: time index of the step's first frame.
-            num_scale_frames: phase-1 size (frames that get the first scale-token variant).
-            video_rope: the step's 3D rotation (``aggregator.video_rope``).
-            kv_writer: where the global layers put their K/V (the step's ``FrameTxn``).
-            camera_txn: the step's camera-head cache transaction.
-            backend: attention backend over the paged storage, planned for the step.
-            with_depth / with_points: run the depth / point head (when the model has it).
-            fused: the stream's fused kernels (``FusedKernels``; ``resolve_fused_kernels``
-                says whether a stream may use them).
+            step: the step's time index, rotation, cache access, attention backend, fused
+                kernels and which heads run (``StepContext``; nothing in it is read back on
+                the host, so a CUDA graph can capture this call).
         Returns:
-            ``StepOutputs`` fields except ``time_index``.
+            The ``StepOutputs`` fields.
         """
         image_hw = (images.shape[2], images.shape[3])
         device_type = images.device.type
         # No autocast: the aggregator runs in its weights' dtype with explicit float32 islands
         # (see ``prepare``), which saves the ~1,000 casts per frame autocast would launch.
         with torch.autocast(device_type, enabled=False):
-            layers = self.aggregator(images.float(), first_frame, num_scale_frames, video_rope,
-                                     kv_writer, backend, fused)
+            layers = self.aggregator(images.float(), step)
             # heads in float32
             layers = [t.float() for t in layers]  # each (n, T, 2C)
             with record_function("lingbot/camera_head"):
-                pose_list = self.camera_head(layers[-1][:, 0], camera_txn)
+                pose_list = self.camera_head(layers[-1][:, 0], step.camera)
             pose_enc = pose_list[-1]  # (n, 9)
             out = dict(pose_enc=pose_enc, pose_enc_list=torch.stack(pose_list),
                        c2w=pose_to_c2w(pose_enc), intrinsics=pose_to_intrinsics(pose_enc, image_hw))
             patch_start = self.config.aggregator.num_special_tokens
-            if with_depth and self.depth_head is not None:
+            if step.with_depth and self.depth_head is not None:
                 with record_function("lingbot/depth_head"):
                     out["depth"], out["depth_conf"] = activate_depth(
                         self.depth_head(layers, patch_start, image_hw))
-            if with_points and self.point_head is not None:
+            if step.with_points and self.point_head is not None:
                 out["world_points"], out["world_points_conf"] = activate_points(
                     self.point_head(layers, patch_start, image_hw))
         return out

@@ -212,7 +212,7 @@ class Block(nn.Module):
             next_norm: the LayerNorm that follows this block (the next block's ``norm1``):
                 with ``fused.add_norm`` it is fused with this block's last residual.
         Returns:
-            (B, N, C); with ``next_norm``, ``(x, next_norm(x))``.
+            ``(x, next_norm(x))``: x (B, N, C), and its next norm (None without ``next_norm``).
         """
         h = self.norm1(x) if normed is None else normed
         return self.ffn_residual(x, self.attn(h, rope, fused), fused, next_norm)
@@ -220,10 +220,9 @@ class Block(nn.Module):
     def ffn_residual(self, x: Tensor, attn_out: Tensor, fused: FusedKernels = UNFUSED,
                      next_norm: Optional[nn.LayerNorm] = None):
         """The block after its attention: ``x + ls1(attn_out)``, then the MLP half; returns
-        as ``forward``."""
+        as ``forward``: ``(x, next_norm(x) or None)``."""
         x, h = add_then_norm(x, attn_out, self.ls1.gamma, self.norm2, fused)
-        x, h_next = add_then_norm(x, self.mlp(h), self.ls2.gamma, next_norm, fused)
-        return x if next_norm is None else (x, h_next)
+        return add_then_norm(x, self.mlp(h), self.ls2.gamma, next_norm, fused)
 
 
 def add_then_norm(x: Tensor, y: Tensor, gamma: Tensor, norm: Optional[nn.LayerNorm],

@@ -5,7 +5,9 @@
 
 ``.pt`` files are read with ``torch.load(weights_only=True)``, which cannot run code from the
 file. A checkpoint that needs full unpickling is refused with a clear message unless the
-caller passes ``trust_pickle=True`` (only for files from a trusted source). A ``{"model": ...}``
+caller passes ``trust_pickle=True`` (only for files from a trusted source; the tools'
+``--trust-checkpoint``, the node's ``model.trust_pickle``), or is converted once with
+``lingbot-ros-convert-checkpoint`` (lingbot_ros/tools/convert_checkpoint.py). A ``{"model": ...}``
 or ``{"state_dict": ...}`` wrapper is unwrapped. ``point_head.*`` is optional: ``load_model``
 builds the point head only when the file has it. Everything is checked before any tensor is
 copied, so a wrong file leaves the model untouched.
@@ -60,9 +62,12 @@ def read_state_dict(path: str | Path, trust_pickle: bool = False) -> dict[str, T
         if not trust_pickle:
             reason = str(exc).strip().splitlines()[0][:200]
             raise CheckpointError(
-                f"{path} cannot be read with torch.load(weights_only=True) ({reason}). If the file "
-                "comes from a trusted source, pass trust_pickle=True (full unpickling runs code "
-                "from the file), or convert it once to .safetensors.") from exc
+                f"{path} cannot be read with torch.load(weights_only=True) ({reason}). Convert it "
+                f"once: lingbot-ros-convert-checkpoint {path} "
+                f"{path.with_suffix('.safetensors')} (only for a file from a trusted source); "
+                "or allow full unpickling, which runs code from the file: trust_pickle=True "
+                "(Python), --trust-checkpoint (the tools), model.trust_pickle: true (the "
+                "node).") from exc
         warnings.warn(f"{path}: loading with full unpickling (trust_pickle=True)", stacklevel=2)
         obj = torch.load(path, map_location="cpu", weights_only=False)
     except (RuntimeError, OSError, EOFError, ValueError) as exc:

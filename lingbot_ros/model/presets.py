@@ -6,6 +6,7 @@ from typing import Optional
 import torch
 
 from .config import GCTConfig
+from .device import check_device
 from .gct import GCTModel
 from .loader import load_model
 
@@ -48,17 +49,25 @@ def random_model(config: GCTConfig, seed: int = 0, device: str = "cpu") -> GCTMo
 
 def build_model(preset: str = "tiny", checkpoint: Optional[str] = None, device: str = "cpu",
                 precision: str = "auto", seed: int = 0,
-                camera_head_precision: str = "fp32") -> tuple[GCTModel, bool]:
+                camera_head_precision: str = "fp32",
+                trust_pickle: bool = False) -> tuple[GCTModel, bool]:
     """The model for a run: the checkpoint's (official architecture) or random weights.
 
     Returns ``(model, random_weights)``; callers must say loudly when ``random_weights``.
+    ``device`` is checked first (``DeviceError``: e.g. cuda on a CPU-only torch);
+    ``trust_pickle``: see ``read_state_dict`` (only for a file from a trusted source).
     """
+    check_device(device)
     if checkpoint:
         # The file's tensor shapes pick the architecture: the release's, else the preset's
         # (the embedded tiny network's weights, e.g. the golden fixture, load too).
         candidates = [GCTConfig.official()] + ([preset_config(preset)] if preset != "official"
                                                else [])
-        return load_model(checkpoint, candidates, device=device, precision=precision,
-                          camera_head_precision=camera_head_precision), False
+        model = load_model(checkpoint, candidates, device=device, precision=precision,
+                           trust_pickle=trust_pickle,
+                           camera_head_precision=camera_head_precision)
+        model.origin = {"kind": "checkpoint", "path": str(checkpoint)}  # snapshots name it
+        return model, False
     model = random_model(preset_config(preset), seed)
+    model.origin = {"kind": "random", "preset": preset, "seed": seed}
     return model.prepare(device, precision, camera_head_precision), True

@@ -1,10 +1,41 @@
-"""What one streaming step returns."""
+"""What crosses into the model for one step (``StepContext``) and what comes back
+(``StepOutputs``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from torch import Tensor
+
+from .fused_kernels import UNFUSED, FusedKernels
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..attention.backend import AttentionBackend
+    from ..cache.camera_cache import CameraCacheTxn
+    from ..cache.frame_txn import KVWriter
+    from .rope import VideoRope
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """Everything one step's forward needs besides its images; the stream's runner (or its
+    CUDA graph) builds it once the attention backend is planned for the step.
+
+    Nothing in it is read back on the host during the forward: the rotation comes in
+    ``rope``, K/V go to ``kv_writer``, the camera cache is reached through ``camera``, and
+    ``first_frame`` only picks the special-token variants (identical for every streaming
+    frame), which is what lets a CUDA graph capture the forward once.
+    """
+
+    first_frame: int  # time index of the step's first frame (committed frames before it)
+    num_scale_frames: int  # phase-1 size: frames that get the first scale-token variant
+    rope: "VideoRope"  # the step's 3D rotation (``Aggregator.video_rope``)
+    kv_writer: "KVWriter"  # where the global layers put their K/V (the step's ``FrameTxn``)
+    camera: "CameraCacheTxn"  # the step's camera-head cache access
+    backend: "AttentionBackend"  # attention over the paged storage, planned for the step
+    fused: FusedKernels = UNFUSED  # the stream's fused kernels
+    with_depth: bool = True  # run the depth head (when the model has one)
+    with_points: bool = True  # run the point head (when the model has one)
 
 
 @dataclass(frozen=True)
@@ -18,7 +49,6 @@ class StepOutputs:
     pose_enc_list: Tensor  # (iterations, n, 9) every refinement iteration (last = pose_enc)
     c2w: Tensor  # (n, 4, 4) camera-to-world
     intrinsics: Tensor  # (n, 3, 3) pinhole K at the input resolution
-    time_index: int  # time index (3D-RoPE f) of the first frame = committed frames before it
     depth: Optional[Tensor] = None  # (n, H, W, 1) when the depth head ran
     depth_conf: Optional[Tensor] = None  # (n, H, W)
     world_points: Optional[Tensor] = None  # (n, H, W, 3) when the point head exists

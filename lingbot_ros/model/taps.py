@@ -33,6 +33,8 @@ def record_intermediates(model) -> Iterator[dict[str, Tensor]]:
 
     def keep(name, reshape_flat=False):
         def hook(_module, _inputs, output):
+            if isinstance(output, tuple):  # a block's (x, next norm of x)
+                output = output[0]
             if isinstance(output, list):  # the aggregator's selected layers
                 output = torch.stack(output)  # (4, n, T, 2C)
             elif reshape_flat:  # (n*T, C) -> (n, T, C)

@@ -34,7 +34,7 @@ CAMERA_HEIGHT_M, CAMERA_PITCH_DEG = 0.5, 10.0
 def robot_camera_in_base():
     """4x4 pose of camera_optical_frame in base_link."""
     import numpy as np
-    from ..session import T_BODY_OPTICAL
+    from ..geometry import T_BODY_OPTICAL
     a = math.radians(CAMERA_PITCH_DEG)
     T = np.eye(4)
     T[:3, :3] = [[math.cos(a), 0.0, math.sin(a)], [0.0, 1.0, 0.0],
@@ -45,7 +45,7 @@ def robot_camera_in_base():
 
 def _static_tf() -> list:
     from geometry_msgs.msg import TransformStamped
-    from ..session import matrix_to_tq
+    from ..geometry import matrix_to_tq
     t, q = matrix_to_tq(robot_camera_in_base()[None])
     msg = TransformStamped(child_frame_id="camera_optical_frame")
     msg.header.frame_id = "base_link"
@@ -68,6 +68,8 @@ def main(argv=None) -> int:
     p.add_argument("--frames", type=int, default=60, help="frames in the synthetic bag")
     p.add_argument("--out", default="demo_out", help="output folder (default demo_out)")
     p.add_argument("--checkpoint", help="LingBot-Map weights; default: random tiny network")
+    p.add_argument("--trust-checkpoint", action="store_true",
+                   help="allow full unpickling of the checkpoint (only for a trusted file)")
     p.add_argument("--device", default="cpu")
     args = p.parse_args(argv)
     os.environ.update(_ros_env())  # this process talks ROS too (the probe)
@@ -82,6 +84,7 @@ def main(argv=None) -> int:
                  "-r", "image:=/camera/image_raw", "-p", "qos.image:=reliable",
                  "-p", f"device:={args.device}", "-p", "publish.map_points:=true"]
     node_args += (["-p", f"checkpoint:={args.checkpoint}"] if args.checkpoint else TINY)
+    node_args += ["-p", "model.trust_pickle:=true"] if args.trust_checkpoint else []
     node = subprocess.Popen(node_args, env=os.environ.copy())
     from .probe import Probe
     try:
@@ -145,8 +148,8 @@ def _summary(args, bag, status, num_poses, wall, info, saved, saved_map, reset, 
 def _ape(saved, bag, checkpoint) -> str:
     if not checkpoint:
         return "skipped (random weights; pass --checkpoint for a meaningful number)"
-    from ..session import read_tum
-    from ..session import ate_rmse
+    from ..geometry import read_tum
+    from ..geometry import ate_rmse
     est_s, est = read_tum(saved.message.split(" to ")[-1])
     gt_s, gt = read_tum(bag.gt_path)
     common = sorted(set(est_s.tolist()) & set(gt_s.tolist()))

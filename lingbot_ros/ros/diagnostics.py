@@ -15,12 +15,14 @@ def _kv(key: str, value) -> KeyValue:
 
 
 def build(stamp, name: str, hardware_id: str, level: int, message: str, counters: dict,
-          rates: dict, latency_ms: dict, compute_ms: dict, session_info: Optional[dict],
+          rates: dict, end_to_end_ms: dict, compute_ms: dict, session_info: Optional[dict],
           gpu: Optional[dict], topic: str, extra: dict) -> DiagnosticArray:
     """The status and its key/values; ``level`` (0 OK, 1 WARN, 2 ERROR) and ``message`` come
-    from ``health.HealthMonitor``; ``extra``: more key/values (frames, map, camera_info)."""
+    from ``health.HealthMonitor``; ``extra``: more key/values (frames, map, camera_info).
+    ``end_to_end_ms``: the node's image callback -> outputs published (``latency_*_ms``);
+    ``compute_ms``: the session's hand-in -> result (``compute_*_ms``)."""
     values = [_kv("input_rate_hz", rates["input"]), _kv("processed_rate_hz", rates["processed"])]
-    values += [_kv(f"latency_{k}_ms", v) for k, v in latency_ms.items()
+    values += [_kv(f"latency_{k}_ms", v) for k, v in end_to_end_ms.items()
                if k in ("p50", "p99", "max") and v is not None]
     values += [_kv(f"compute_{k}_ms", v) for k, v in compute_ms.items()
                if k in ("p50", "p99") and v is not None]

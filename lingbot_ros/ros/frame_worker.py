@@ -1,32 +1,40 @@
 """FrameWorker: the node's worker thread, from queued images to published outputs.
 
-The image callback only queues (``FrameQueue``); this thread converts each image, runs it
-through the session and publishes. It is pipelined (``StreamingSession.submit`` /
-``collect``): while the GPU runs frame t, an image that arrives is converted, uploaded and
-resized on a side stream; frame t is then finished, frame t+1 queued on the GPU, and only
-then are frame t's outputs published (publishing overlaps the next step too). With no image
-waiting it polls the GPU every millisecond and publishes frame t as soon as it is done.
-Each image's context (message, TF chain, whether ~/depth is due) waits in ``PendingFrames``
-until its outcome is out.
+The image callback only queues (``offer``); this thread converts each image, runs it through
+the session and publishes. It is pipelined (``StreamingSession.submit`` / ``collect``): while
+the GPU runs frame t, an image that arrives is converted, uploaded and resized on a side
+stream; frame t is then finished, frame t+1 queued on the GPU, and only then are frame t's
+outputs published (publishing overlaps the next step too). With no image waiting it polls the
+GPU every millisecond and publishes frame t as soon as it is done.
 
-It works on the node's public state: the session under ``session_lock`` (a reset waits for
-the frame being handed in, and publishes the one in flight first), the queue, the outputs
-and ~/status, and the counters and last-frame facts that diagnostics read.
+Each accepted image's context (message, TF chain, whether ~/depth is due) waits in
+``PendingFrames`` under the ticket ``submit`` returned for it, until its outcome (which
+carries the ticket) is out. A frame the session refuses (a repeated stamp, say) gets no
+ticket and leaves no context, so it can never touch the context of a frame in flight.
+
+State it owns: the queue, the pending contexts, the reset generation and the lock that
+serialises its frame with a reset (``reset`` waits for the image being handed in and
+publishes the frame in flight first; while a reset waits, the worker takes no next frame, so
+a plain lock's unfairness cannot starve it under overload). What it learns goes into the
+``NodeTelemetry`` it is given; it holds no node: its outputs, status sink and log are
+interfaces (``Outputs``/``Status`` and the node's logger in the node; plain objects in tests).
 """
 from __future__ import annotations
 
 import math
 import threading
 import time
-from typing import NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional, Protocol
 
 from std_msgs.msg import Header
 
-from ..session import FrameFailed, FrameRejected
+from ..session import FrameFailed, FrameRejected, FrameResult
 from .convert import ImageLimits, ImageRejected, compressed_to_array, image_to_array
+from .frame_queue import FrameQueue
 from .messages import ns_to_stamp, stamp_to_ns
 from .pending_frames import PendingFrame, PendingFrames
-from .robot_frames import extrinsic_summary
+from .robot_frames import RobotFrames, extrinsic_summary
+from .telemetry import NodeTelemetry
 
 
 class QueuedImage(NamedTuple):
@@ -35,16 +43,95 @@ class QueuedImage(NamedTuple):
     generation: int  # reset counter at the callback: frames from before a reset are dropped
 
 
+class Log(Protocol):
+    """Where the worker logs: the node's rclpy logger, or a ``logging.Logger``."""
+
+    def info(self, message: str) -> object: ...
+    def warning(self, message: str) -> object: ...
+    def error(self, message: str) -> object: ...
+
+
+class StatusSink(Protocol):
+    """Per-frame status (``Status`` publishes them on ~/status)."""
+
+    def frame(self, result: FrameResult, header: Header, end_to_end_ms: float,
+              message: str = "") -> None: ...
+    def initializing(self, header: Header, message: str) -> None: ...
+    def failed(self, header: Header, message: str) -> None: ...
+
+
+class FrameOutputs(Protocol):
+    """What the worker publishes through (``Outputs``)."""
+
+    def depth_wanted(self) -> tuple[bool, bool]: ...
+    def publish(self, result: FrameResult, chain,
+                depth_due: Optional[bool] = None) -> Optional[str]: ...
+    def restart(self) -> None: ...
+    def clear(self) -> None: ...
+
+
 class FrameWorker:
-    def __init__(self, node) -> None:
-        """``node``: the ``LingbotNode`` whose session, queue and outputs this thread serves."""
-        self.node = node
-        self.frames = PendingFrames()  # handed to the session, outcome not yet published
+    def __init__(self, session, outputs: FrameOutputs, status_sink: StatusSink,
+                 telemetry: NodeTelemetry, *, robot_frames: RobotFrames, log: Log,
+                 queue_size: int, max_image_pixels: int, use_compressed: bool = False,
+                 alive: Callable[[], bool] = lambda: True) -> None:
+        """``session``: a ``StreamingSession`` (its public API only); ``robot_frames``: the
+        TF chain each image is published in; ``alive``: False once the process is shutting
+        down (an error then ends the thread quietly)."""
+        self._session = session
+        self._outputs = outputs
+        self._status = status_sink
+        self._telemetry = telemetry
+        self._robot_frames = robot_frames
+        self._log = log
+        self._limits = ImageLimits(max_pixels=max_image_pixels)
+        self._use_compressed = use_compressed
+        self._alive = alive
+        # An anchor frame's depth came with the scale phase: the topic's period decides.
+        self._num_scale_frames = session.info()["startup_latency_frames"]
+        self._queue = FrameQueue(queue_size)
+        self._frames = PendingFrames()  # accepted by the session, outcome not yet published
+        self._lock = threading.Lock()  # the session: this thread's frame vs a reset
+        self._no_reset_waiting = threading.Event()  # cleared while a reset waits for the lock
+        self._no_reset_waiting.set()
+        self._generation = 0
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._last_tf_warning = -math.inf
-        self._last_reject_warning: dict[str, float] = {}  # reason -> time.monotonic()
+        self._last_warning: dict[str, float] = {}  # what -> time.monotonic()
         self._restart_note = ""  # the last restart, for the next INITIALIZING status
+        telemetry.set_session_info(session.info())
+
+    # -- the executor's side -------------------------------------------------------------------
+    def offer(self, msg, received: float) -> bool:
+        """Queue an image (the callback's only work); True if an older one was dropped."""
+        return self._queue.put(QueuedImage(msg, received, self._generation))
+
+    def drop_queued(self) -> int:
+        """Drop the images waiting (pause, deactivate); return how many."""
+        return self._queue.clear()
+
+    def reset(self) -> int:
+        """Clear the stream: queue, the frame in flight (published first), session, pending
+        contexts, outputs. Waits only for the frame being handed in. Returns the number of
+        queued images dropped (counted ``dropped_reset``)."""
+        self._no_reset_waiting.clear()
+        try:
+            with self._lock:
+                self._generation += 1
+                dropped = self._queue.clear()
+                self._telemetry.count("dropped_reset", dropped)
+                self._publish_in_flight()
+                self._session.reset()
+                self._frames.clear()
+                self._outputs.clear()
+                self._telemetry.stream_reset(self._session.info())
+                applied = self._robot_frames.restart()
+                if applied:
+                    self._log.warning(applied)
+        finally:
+            self._no_reset_waiting.set()
+        return dropped
 
     def start(self) -> None:
         self._stop.clear()
@@ -52,157 +139,159 @@ class FrameWorker:
         self._thread.start()
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Stop after the current image (the frame in flight is published first)."""
+        """Stop after the current image; the frame in flight is published first."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=timeout)
             self._thread = None
 
-    def publish_in_flight(self) -> None:
-        """Finish and publish the frame on the GPU, if any (caller holds ``session_lock``)."""
-        session = self.node.session
-        if session is not None and session.in_flight:
-            self._publish_outcomes(session.collect())
+    # -- the worker thread ---------------------------------------------------------------------
+    def run_once(self, timeout: float = 0.1) -> bool:
+        """One turn of the thread: take the next image (waiting at most ``timeout`` s; 1 ms
+        while a frame is in flight) and hand it in, or publish the frame in flight once the
+        GPU is done. False when no image was waiting. (The thread loops on this; a test may
+        call it directly.)"""
+        in_flight = self._session.in_flight
+        item = self._queue.get(timeout=min(timeout, 0.001) if in_flight else timeout)
+        self._no_reset_waiting.wait()  # a waiting reset goes first (it drops this frame)
+        with self._lock:
+            if item is None:
+                if self._session.in_flight_done():
+                    self._publish_outcomes(self._session.collect())
+            elif item.generation != self._generation:
+                self._telemetry.count("dropped_reset")
+            else:
+                self._process(item)
+        return item is not None
+
+    def finish(self) -> None:
+        """Finish and publish the frame still on the GPU, if any (not dropped)."""
+        with self._lock:
+            self._publish_in_flight()
 
     def _work(self) -> None:
-        """Pipelined: the next image is converted and preprocessed while the GPU runs the
-        frame before it, whose outcome is published once the next one is queued behind it
-        (or, with no image waiting, as soon as the GPU is done: polled every millisecond)."""
-        node = self.node
         while not self._stop.is_set():
-            in_flight = node.session is not None and node.session.in_flight
-            item = node.queue.get(timeout=0.001 if in_flight else 0.1)
-            node.no_reset_waiting.wait()  # a waiting reset goes first (it drops this frame)
             try:
-                with node.session_lock:
-                    if item is None:
-                        if node.session is not None and node.session.in_flight_done():
-                            self._publish_outcomes(node.session.collect())
-                    elif node.session is None or item.generation != node.generation:
-                        node.counters["dropped_reset"] += 1
-                    else:
-                        self._process(item)
+                self.run_once()
             except Exception as exc:  # publishing failed
-                if not node.context.ok():
+                if not self._alive():
                     return  # Ctrl-C shut the context down under us: main() releases the rest
-                node.counters["failed"] += 1
-                node.last_error = f"{type(exc).__name__}: {exc}"
-                node.get_logger().error(f"publishing failed: {node.last_error}",
-                                        throttle_duration_sec=2.0)
-        self._finish_in_flight()
-
-    def _finish_in_flight(self) -> None:
-        """Stopping: the frame still on the GPU is finished and published (not dropped)."""
+                error = f"{type(exc).__name__}: {exc}"
+                self._telemetry.failed("failed_publishing", error)
+                self._throttled("publishing", 2.0, self._log.error,
+                                f"publishing failed: {error}")
         try:
-            with self.node.session_lock:
-                self.publish_in_flight()
+            self.finish()
         except Exception:  # noqa: BLE001 -- the context went down meanwhile (Ctrl-C)
             pass
 
+    def _publish_in_flight(self) -> None:
+        if self._session.in_flight:
+            self._publish_outcomes(self._session.collect())
+
     def _process(self, item: QueuedImage) -> None:
-        node = self.node
-        cfg = node.settings.node
-        msg = item.msg
+        session, msg = self._session, item.msg
         stamp_ns = stamp_to_ns(msg.header.stamp)
-        chain = node.robot_frames.resolve(msg.header.frame_id, time.monotonic())
+        frames = self._robot_frames
+        chain = frames.resolve(msg.header.frame_id, time.monotonic())
         if chain is None:  # no base -> camera transform yet: nothing to publish in
-            node.counters["dropped_waiting_for_tf"] += 1
-            node.status.initializing(msg.header,
-                                     f"waiting for TF {node.robot_frames.waiting_for}")
+            self._telemetry.count("dropped_waiting_for_tf")
+            self._status.initializing(msg.header, f"waiting for TF {frames.waiting_for}")
             now = time.monotonic()
             if now - self._last_tf_warning >= 5.0:
                 self._last_tf_warning = now
-                node.get_logger().warning(node.robot_frames.waiting_message())
+                self._log.warning(frames.waiting_message())
             return
-        if node.robot_frames.waiting_since is None and self._last_tf_warning > -math.inf:
+        if frames.waiting_since is None and self._last_tf_warning > -math.inf:
             self._last_tf_warning = -math.inf  # found after waiting: say so once
-            node.get_logger().info(f"TF found: {extrinsic_summary(chain)}")
-        limits = ImageLimits(max_pixels=cfg.max_image_pixels)
+            self._log.info(f"TF found: {extrinsic_summary(chain)}")
+        changed = frames.check_extrinsic(time.monotonic())
+        if changed:
+            self._log.warning(changed)
         try:
-            if cfg.use_compressed:
-                array, encoding = compressed_to_array(msg, limits)
+            if self._use_compressed:
+                array, encoding = compressed_to_array(msg, self._limits)
             else:
                 # cv_bridge when a ROS install registers it, else our exact numpy path
-                array, encoding = image_to_array(msg, limits, backend="auto"), msg.encoding
-            depth_due, with_depth = node.outputs.depth_wanted()
-            self.frames.add(stamp_ns, PendingFrame(item, chain, depth_due))
+                array, encoding = image_to_array(msg, self._limits, backend="auto"), msg.encoding
+            depth_due, with_depth = self._outputs.depth_wanted()
             try:
                 # finishes the frame before this one, then queues this one on the GPU
-                node.session.submit(array, stamp_ns, encoding, with_depth=with_depth)
+                ticket = session.submit(array, stamp_ns, encoding, with_depth=with_depth)
             finally:
                 self._report_events(msg.header)
         except (ImageRejected, FrameRejected) as exc:
-            self.frames.pop(stamp_ns)
-            node.counters[f"rejected_{exc.reason}"] += 1
+            self._telemetry.count(f"rejected_{exc.reason}")
             # Throttled per reason: a new kind of bad input is always reported.
-            now = time.monotonic()
-            if now - self._last_reject_warning.get(exc.reason, -math.inf) >= 2.0:
-                self._last_reject_warning[exc.reason] = now
-                node.get_logger().warning(
-                    f"image at {stamp_ns} ns rejected ({exc.reason}): {exc}")
+            self._throttled(f"rejected_{exc.reason}", 2.0, self._log.warning,
+                            f"image at {stamp_ns} ns rejected ({exc.reason}): {exc}")
+            self._status.failed(msg.header, f"rejected ({exc.reason}): {exc}")
             return
         except Exception as exc:  # CacheFullError, CUDA OOM...: rolled back; keep running
-            self.frames.pop(stamp_ns)  # never queued on the GPU
-            oom = type(exc).__name__ == "OutOfMemoryError"
+            oom = type(exc).__name__ == "OutOfMemoryError"  # never queued on the GPU
             self._failed(msg.header, "failed_out_of_memory" if oom else "failed_error", exc)
             return
-        outcomes = node.session.collect(wait=False)  # the frame before; on the CPU this one
-        node.info_snapshot = info = node.session.info()
-        if not outcomes and not node.session.in_flight and info["phase"] == "scale_frames":
+        # Accepted: only now is its context kept (its outcome comes from a collect below or
+        # later; the frame before it may be among this collect's outcomes).
+        self._frames.add(ticket, PendingFrame(item, chain, depth_due))
+        outcomes = session.collect(wait=False)  # the frame before; on the CPU this one
+        info = session.info()
+        self._telemetry.set_session_info(info)
+        if not outcomes and not session.in_flight and info["phase"] == "scale_frames":
             note, self._restart_note = self._restart_note, ""
-            node.status.initializing(msg.header, (
+            self._status.initializing(msg.header, (
                 f"collecting anchor frames: {info['scale_frames_buffered']}/"
                 f"{info['startup_latency_frames']}" + (f"; {note}" if note else "")))
         self._publish_outcomes(outcomes)
 
     def _publish_outcomes(self, outcomes) -> None:
         """Each finished frame's outputs (its own chain, stamp and latency), or its failure."""
-        node = self.node
         for outcome in outcomes:
             if isinstance(outcome, FrameFailed):  # non-finite output: rolled back
-                frames = [self.frames.pop(stamp) for stamp in outcome.stamps]
+                frames = [self._frames.pop(ticket) for ticket in outcome.tickets]
                 frame = next((f for f in reversed(frames) if f is not None), None)
                 header = (frame.item.msg.header if frame is not None else
                           Header(stamp=ns_to_stamp(outcome.stamps[-1] if outcome.stamps else 0)))
                 self._failed(header, f"failed_{outcome.reason}", outcome)
                 continue
-            frame = self.frames.pop(outcome.stamp_ns)
-            if frame is None:  # dropped by a reset meanwhile
+            frame = self._frames.pop(outcome.ticket)
+            if frame is None:  # its context aged out (the bound of PendingFrames)
+                self._telemetry.count("dropped_no_context")
                 continue
-            node.last_error = ""
-            node.last_processed_time = time.monotonic()
-            # an anchor frame's depth came with the scale phase: the topic's period decides
-            node.outputs.publish(outcome, frame.chain, frame.depth_due
-                                 if outcome.index >= node.settings.session.num_scale_frames
-                                 else None)
-            node.counters["processed"] += 1
-            node.latency.add((time.monotonic() - frame.item.received) * 1e3)
-            node.last_fx = float(outcome.K[0, 0])
-            node.last_input_hw = outcome.crop.input_hw
+            note = self._outputs.publish(outcome, frame.chain, frame.depth_due
+                                         if outcome.index >= self._num_scale_frames else None)
+            now = time.monotonic()
+            end_to_end_ms = (now - frame.item.received) * 1e3
+            self._telemetry.frame_published(now, end_to_end_ms, float(outcome.K[0, 0]),
+                                            outcome.crop.input_hw)
             # The anchor phase yields several frames at once: each status has its own stamp.
             header = Header(stamp=ns_to_stamp(outcome.stamp_ns),
                             frame_id=frame.item.msg.header.frame_id)
-            node.status.frame(outcome, header, node.latency.summary()["last"])
+            self._status.frame(outcome, header, end_to_end_ms, note or "")
         if outcomes:
-            node.info_snapshot = node.session.info()
+            self._telemetry.set_session_info(self._session.info())
 
     def _failed(self, header, counter: str, exc: Exception) -> None:
         """A frame the model could not turn into a pose: counted, logged, FAILED on
         ~/status and ERROR on /diagnostics until a frame succeeds; the node goes on."""
-        node = self.node
-        node.counters[counter] += 1
-        node.last_error = f"{type(exc).__name__}: {exc}"
-        node.get_logger().error(f"frame at {stamp_to_ns(header.stamp)} ns failed: "
-                                f"{node.last_error}", throttle_duration_sec=2.0)
-        node.status.failed(header, node.last_error)
+        error = f"{type(exc).__name__}: {exc}"
+        self._telemetry.failed(counter, error)
+        self._throttled(counter, 2.0, self._log.error,
+                        f"frame at {stamp_to_ns(header.stamp)} ns failed: {error}")
+        self._status.failed(header, error)
 
     def _report_events(self, header) -> None:
         """Log (WARN, never throttled: each is one event) and count the session's restarts."""
-        node = self.node
-        for event in node.session.pop_events():
-            node.counters[event.kind] += 1
-            node.outputs.restart()
-            node.last_restart = (time.monotonic(), event.message)
+        for event in self._session.pop_events():
+            self._telemetry.restarted(event.kind, event.message, time.monotonic())
+            self._outputs.restart()
             self._restart_note = event.message  # for the next INITIALIZING status
-            node.get_logger().warning(f"{event.message} (image stamp "
-                                      f"{header.stamp.sec}.{header.stamp.nanosec:09d})")
+            self._log.warning(f"{event.message} (image stamp "
+                              f"{header.stamp.sec}.{header.stamp.nanosec:09d})")
+
+    def _throttled(self, what: str, period_s: float, log, message: str) -> None:
+        """Log ``message`` unless ``what`` was logged less than ``period_s`` ago."""
+        now = time.monotonic()
+        if now - self._last_warning.get(what, -math.inf) >= period_s:
+            self._last_warning[what] = now
+            log(message)

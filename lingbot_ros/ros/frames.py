@@ -7,6 +7,13 @@ the base at the first frame, so it is level when the robot is, whatever the came
 
     T_map_base(t) = T_bo @ c2w(t) @ T_bo^-1          points: p_map = T_bo @ p_world
 
+With a metric scale k (metres per model unit, docs/scale.md) the model's translation is
+scaled BEFORE the composition, since ``T_bo`` is in metres (the URDF's):
+
+    T_map_base(t) = T_bo @ S_k(c2w(t)) @ T_bo^-1     points: p_map = T_bo @ (k p_world)
+
+so a camera mounted ahead of a robot turning in place leaves the base put.
+
 A bare camera (``frames.base: ""``) has no base: its body frame (REP-103: x forward, z up)
 plays the base, ``T_bo`` = the body -> optical rotation, and the camera frame is tracked.
 Pure numpy: no rclpy, no messages.
@@ -14,10 +21,12 @@ Pure numpy: no rclpy, no messages.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
-from ..session import T_BODY_OPTICAL, rigid_inverse
+from ..geometry import T_BODY_OPTICAL, rigid_inverse
+from ..scale import c2w_to_metres, points_to_metres
 
 
 @dataclass(frozen=True)
@@ -43,10 +52,24 @@ class FrameChain:
         return cls(camera_frame, camera_frame, np.asarray(T_BODY_OPTICAL, float),
                    T_body_camera)
 
-    def tracked_in_map(self, c2w: np.ndarray) -> np.ndarray:
-        """(4, 4) pose of the tracked frame in the map, from a model c2w."""
+    def tracked_in_map(self, c2w: np.ndarray,
+                       metres_per_unit: Optional[float] = None) -> np.ndarray:
+        """(4, 4) pose of the tracked frame in the map, from a model c2w; with
+        ``metres_per_unit``, c2w's translation is scaled to metres first (None: model units,
+        unchanged)."""
         bo = self.T_base_optical
+        if metres_per_unit is not None:
+            c2w = c2w_to_metres(c2w, metres_per_unit)
         return bo @ c2w @ rigid_inverse(bo) @ self.T_base_tracked
+
+    def points_in_map(self, xyz_world: np.ndarray,
+                      metres_per_unit: Optional[float] = None) -> np.ndarray:
+        """(N, 3) model-world points -> float32 map points (scaled to metres first when
+        ``metres_per_unit`` is given)."""
+        if metres_per_unit is not None:
+            xyz_world = points_to_metres(xyz_world, metres_per_unit)
+        M = self.T_map_world
+        return (xyz_world @ M[:3, :3].T + M[:3, 3]).astype(np.float32)
 
     @property
     def T_map_world(self) -> np.ndarray:

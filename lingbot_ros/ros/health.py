@@ -8,9 +8,13 @@ chose or waits for (paused; waiting for the base -> camera transform) is passed 
     ERROR  the last frame failed (its error)
     ERROR  images arrive but none was processed for ``stall_timeout_s`` (and what they were
            lost to: every frame rejected, a stalled worker, ...)
+    ERROR  map -> odom not published for ``stall_timeout_s`` (the other odometry's
+           odom -> base is missing at the images' stamps; WARN before that)
     WARN   more than ``warn_drop_share`` of the frames received in the last ``window_s``
            seconds were dropped or rejected (by reason)
     WARN   the stream restarted itself in the last ``window_s`` seconds (why)
+    WARN   the ROS clock (sim time) has not advanced for ``stall_timeout_s`` (a paused
+           /clock), or no /clock yet
     WARN   no image for ``starved_after_s`` seconds, or none yet
     OK     tracking / initialising
 """
@@ -41,9 +45,14 @@ class HealthMonitor:
                  since_last_processed_s: Optional[float], last_error: str = "",
                  last_restart: Optional[tuple[float, str]] = None,
                  idle_message: str = "tracking", topic: str = "",
-                 override: Optional[tuple[int, str]] = None) -> tuple[int, str]:
+                 override: Optional[tuple[int, str]] = None,
+                 map_to_odom_failing: Optional[tuple[float, int, str]] = None,
+                 clock_stalled: Optional[tuple[float, str]] = None) -> tuple[int, str]:
         """``since_last_processed_s``: since the last frame went through the model (None:
-        never); ``last_restart``: (time, message) of the last self-restart of the stream."""
+        never); ``last_restart``: (time, message) of the last self-restart of the stream;
+        ``map_to_odom_failing``: (seconds failing, frames failed, last error) while the
+        last frame's map -> odom could not be published, else None; ``clock_stalled``:
+        (seconds, why) while the ROS clock is sim time and does not advance, else None."""
         self._samples.append((now, dict(counters)))
         while len(self._samples) > 2 and now - self._samples[1][0] >= self.window_s:
             self._samples.popleft()
@@ -60,6 +69,12 @@ class HealthMonitor:
                    else "none lost: the worker is stuck")
             when = "yet" if waited is None else f"for {waited:.0f} s"
             return ERROR, f"images arrive but no frame was processed {when} ({why})"
+        if map_to_odom_failing is not None:
+            failing_s, failures, error = map_to_odom_failing
+            level = ERROR if failing_s >= self.stall_timeout_s else WARN
+            return level, (f"map -> odom not published for {failing_s:.0f} s ({failures} "
+                           f"frames): the odometry's odom -> base is missing at the image "
+                           f"stamps (tf.publish_odom_to_base is false): {error}")
         share, received, lost = self._recent_loss()
         if received and share > self.warn_drop_share:
             reasons = ", ".join(f"{k} {v}" for k, v in sorted(lost.items()))
@@ -67,6 +82,8 @@ class HealthMonitor:
                           f"({reasons})")
         if last_restart is not None and now - last_restart[0] < self.window_s:
             return WARN, last_restart[1]
+        if clock_stalled is not None and clock_stalled[0] >= self.stall_timeout_s:
+            return WARN, clock_stalled[1]
         if since_last_image_s is None:
             return WARN, f"no image received yet on {topic}"
         if since_last_image_s > self.starved_after_s:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable
 
+from rclpy.clock import Clock, ClockType
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
 from .topics import image_subscription
@@ -53,7 +54,8 @@ class ImageInput:
         self._timer = None
         if cfg.image_qos == "auto":
             self._subscribe(*fitting_reliability(self._offered()))
-            self._timer = node.create_timer(AUTO_CHECK_PERIOD_S, self._recheck)
+            self._timer = node.create_timer(  # steady: a paused /clock must not stop it
+                AUTO_CHECK_PERIOD_S, self._recheck, clock=Clock(clock_type=ClockType.STEADY_TIME))
         elif cfg.image_qos == "reliable":
             self._subscribe(ReliabilityPolicy.RELIABLE, "qos.image: reliable")
         else:

@@ -5,7 +5,8 @@ keyframes overlap: the next one adds what is new); the node's executor publishes
 the same rate when it changed, so building a large cloud message never delays a pose. The
 map is transient local (depth 1): a late RViz gets the last one. Memory stays under
 ``map.max_points`` points: the voxel map coarsens (its voxel edge doubles) instead of
-forgetting places.
+forgetting places. Points come in the outputs' units (metres once a scale source has
+locked; docs/scale.md), so the voxel edge is in those units too.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from rclpy.clock import Clock, ClockType
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import PointCloud2
 
-from ..session import VoxelMap, write_ply
+from ..geometry import VoxelMap, write_ply
 from .messages import point_cloud
 
 
@@ -61,10 +62,11 @@ class MapPoints:
             self._last_add = -math.inf
         self._publish_if_changed()
 
-    def save(self, path: Path) -> int:
-        """Write the map as PLY (atomically); the number of points written."""
+    def save(self, path: Path, comments=()) -> int:
+        """Write the map as PLY (atomically); the number of points written. ``comments``:
+        header lines (units, scale source and value)."""
         xyz, rgb = self.snapshot()
-        write_ply(path, xyz, rgb)
+        write_ply(path, xyz, rgb, comments=comments)
         return len(xyz)
 
     def snapshot(self) -> tuple[np.ndarray, np.ndarray]:

@@ -1,6 +1,8 @@
 """FrameResult / session info -> ROS messages. Pure builders: no node, no publishing."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from builtin_interfaces.msg import Time
 from geometry_msgs.msg import Pose, PoseStamped, Quaternion, TransformStamped, Vector3
@@ -8,7 +10,7 @@ from nav_msgs.msg import Odometry
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2, PointField
 from std_msgs.msg import Header
 
-from ..session import rotation_to_quaternion
+from ..geometry import rotation_to_quaternion
 
 _CACHE_FIELDS_INT = ("frames_seen", "frames_committed", "frames_rolled_back", "frames_cached",
                      "scale_frames", "window_frames", "special_frames", "special_tokens",
@@ -38,18 +40,38 @@ def pose_stamped(T: np.ndarray, stamp: Time, frame_id: str) -> PoseStamped:
 
 
 def odometry(T: np.ndarray, stamp: Time, frame_id: str, child_frame_id: str,
-             linear: np.ndarray, angular: np.ndarray, pose_variances: tuple[float, float],
-             twist_variances: tuple[float, float]) -> Odometry:
+             linear: np.ndarray, angular: np.ndarray, pose_variances,
+             twist_variances) -> Odometry:
     """Pose in ``frame_id``; twist (``linear``, ``angular``) in ``child_frame_id``, as
-    nav_msgs/Odometry defines it. Covariances: constant diagonals, (x y z, roll pitch yaw)."""
+    nav_msgs/Odometry defines it. Covariances: ``(first3, last3)`` constant diagonals
+    (x y z, roll pitch yaw), or a full row-major 6x6 (36 values, ``scaled_covariance``)."""
     msg = Odometry(header=Header(stamp=stamp, frame_id=frame_id), child_frame_id=child_frame_id)
     msg.pose.pose = pose_of(T)
-    msg.pose.covariance = _diagonal6(*pose_variances)
+    msg.pose.covariance = _covariance6(pose_variances)
     msg.twist.twist.linear = Vector3(x=float(linear[0]), y=float(linear[1]), z=float(linear[2]))
     msg.twist.twist.angular = Vector3(x=float(angular[0]), y=float(angular[1]),
                                       z=float(angular[2]))
-    msg.twist.covariance = _diagonal6(*twist_variances)
+    msg.twist.covariance = _covariance6(twist_variances)
     return msg
+
+
+def _covariance6(cov) -> np.ndarray:
+    if len(cov) == 2:
+        return _diagonal6(*cov)
+    return np.asarray(cov, dtype=np.float64).reshape(36)
+
+
+def scaled_covariance(first3: float, last3: float, sigma_log: float,
+                      vector: np.ndarray) -> np.ndarray:
+    """A 6x6 covariance (row-major, 36) of a metric output: the configured diagonal (``first3``
+    on x y z, in m^2 or (m/s)^2; ``last3`` on the rotations) plus the scale's own uncertainty
+    along ``vector`` (a position or a velocity, in metres): a relative error ``sigma_log`` of
+    the scale moves it by ``sigma_log * vector``, so ``sigma_log^2 * v v^T``."""
+    cov = np.diag([first3] * 3 + [last3] * 3).astype(np.float64)
+    if math.isfinite(sigma_log) and sigma_log > 0:
+        v = np.asarray(vector, dtype=np.float64).reshape(3)
+        cov[:3, :3] += sigma_log ** 2 * np.outer(v, v)
+    return cov.reshape(36)
 
 
 def _diagonal6(first3: float, last3: float) -> np.ndarray:
@@ -58,8 +80,8 @@ def _diagonal6(first3: float, last3: float) -> np.ndarray:
 
 
 def depth_image(depth: np.ndarray, stamp: Time, frame_id: str) -> Image:
-    """(H, W) depth -> 32FC1 Image (REP-118: float metres, here the model's units; a
-    non-finite value is "no depth")."""
+    """(H, W) depth -> 32FC1 Image (REP-118: float metres once the scale is applied, else the
+    model's units; a non-finite value is "no depth")."""
     h, w = depth.shape
     return Image(header=Header(stamp=stamp, frame_id=frame_id), height=h, width=w,
                  encoding="32FC1", is_bigendian=0, step=4 * w,

@@ -6,12 +6,21 @@ intrinsics at the input resolution); at their rates: ``~/depth`` + ``~/depth/cam
 (model resolution), ``~/points`` (a keyframe's cloud) and the keyframe points of the map.
 The whole ``~/path`` and ``~/map_points`` are published by the node's executor
 (``PathPublisher``, ``MapPoints``): building them never delays a pose.
+
+Units (docs/scale.md): every output is converted here, where it leaves, with the frame's
+``ScaleEstimate`` (``output_factor``: metres per model unit once LOCKED, else None). With
+``scale.source: none`` nothing is converted (model units, as the model gives them). With a
+source set and ``scale.before_lock: withhold``, a frame before the lock publishes only its
+camera_info (no units): pose, odometry, TF, depth and points are withheld, and the frame is
+kept so that ``~/path`` covers it in metres once the scale locks. ``publish_model_units``
+publishes such frames in model units; at the lock ``~/path`` is rebuilt in metres.
 """
 from __future__ import annotations
 
 import math
 import time
-from typing import Optional
+from collections import deque
+from typing import NamedTuple, Optional
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped
@@ -19,23 +28,43 @@ from nav_msgs.msg import Odometry
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from tf2_msgs.msg import TFMessage
 
-from ..config import NodeConfig
-from ..session import FrameResult, frame_points, rigid_inverse
+from .node_config import NodeConfig
+from ..geometry import frame_points, rigid_inverse
+from ..scale import ScaleConfig, ScaleEstimate, depth_to_metres
+from ..session import FrameResult
 from .frames import FrameChain, body_velocity
 from .map_points import MapPoints
 from .messages import (camera_info_msg, depth_image, ns_to_stamp, odometry, point_cloud,
-                       pose_stamped, transform)
+                       pose_stamped, scaled_covariance, transform)
 from .path_publisher import PathPublisher
 from .tf_tree import TransformError
 
 _IDENTITY = np.eye(4)
+_HOLD_MAX = 100_000  # frames kept before the lock when publish.path_max_poses is 0 (all)
+
+
+class HeldFrame(NamedTuple):
+    """A frame published before the scale locked (or withheld): its path pose is rebuilt in
+    metres at the lock."""
+
+    stamp_ns: int
+    c2w: np.ndarray
+    chain: FrameChain
 
 
 class Outputs:
-    def __init__(self, node, config: NodeConfig, tf_tree=None) -> None:
+    def __init__(self, node, config: NodeConfig, tf_tree=None,
+                 scale: ScaleConfig = ScaleConfig()) -> None:
         """Create the publishers. ``tf_tree`` (a ``TransformTree``): another node's
-        odom -> base, needed when this node publishes map -> odom but not odom -> base."""
+        odom -> base, needed when this node publishes map -> odom but not odom -> base.
+        ``scale``: the stream's scale settings (source, ``before_lock``)."""
         self.config = config
+        self.scale_config = scale
+        # frames before the lock (source set): rebuilt in metres on ~/path at the lock
+        self._held: deque[HeldFrame] = deque(maxlen=config.path_max_poses or _HOLD_MAX)
+        self._published_model_units = False  # publish_model_units: ~/path has such poses
+        self.num_withheld = 0  # frames whose metric outputs were withheld (before the lock)
+        self.map_scale: Optional[ScaleEstimate] = None  # the scale of the map's last points
         self._node = node
         self._tf_tree = tf_tree
         self.pose = node.create_publisher(PoseStamped, "~/pose", 10)
@@ -59,6 +88,9 @@ class Outputs:
         self._previous: Optional[tuple[int, np.ndarray]] = None  # (stamp ns, T) for the twist
         self.num_tf_failures = 0  # map -> odom not published: no odom -> base at the stamp
         self.last_tf_failure = ""
+        # (time.monotonic() of the first failure, failures since) while the last frame's
+        # map -> odom failed; None once one is published again
+        self._tf_failing: Optional[tuple[float, int]] = None
 
     def depth_wanted(self) -> tuple[bool, bool]:
         """For a frame handed in now: (the depth topic is due, some output reads its depth).
@@ -77,13 +109,35 @@ class Outputs:
                   or (self.map is not None and self.map.due()))
         return topic, topic or points
 
+    def withholds(self, scale: Optional[ScaleEstimate]) -> bool:
+        """Whether a frame with this scale snapshot has its metric outputs withheld (a source
+        set, not LOCKED, ``before_lock: withhold``)."""
+        return (self.scale_config.metric and self.scale_config.before_lock == "withhold"
+                and (scale is None or scale.output_factor is None))
+
     def publish(self, result: FrameResult, chain: FrameChain,
-                depth_due: Optional[bool] = None) -> None:
+                depth_due: Optional[bool] = None,
+                scale: Optional[ScaleEstimate] = None) -> str:
         """All outputs of one frame. ``depth_due``: ``depth_wanted()[0]`` when the frame was
-        handed in (None: the topic's own period decides here)."""
+        handed in (None: the topic's own period decides here). ``scale``: the stream's scale
+        snapshot for this frame (None: model units). Returns "" when every output went out,
+        else what did not (map -> odom without the other odometry's odom -> base; the metric
+        outputs withheld before the scale locked): ~/status carries it."""
         cfg = self.config
         stamp = ns_to_stamp(result.stamp_ns)
-        T = chain.tracked_in_map(result.c2w)  # the tracked frame (base, or camera) in map
+        k = scale.output_factor if scale is not None else None
+        if self.scale_config.metric and k is None:  # before the lock: kept for ~/path
+            self._held.append(HeldFrame(result.stamp_ns, np.array(result.c2w, float), chain))
+            if self.withholds(scale):
+                self._publish_camera_info(result, chain, stamp)
+                self.num_withheld += 1
+                self._previous = None  # no twist across the withheld stretch
+                return ("withheld until the scale locks: " +
+                        (scale.status_text if scale is not None else "no scale estimate"))
+            self._published_model_units = True
+        elif k is not None and self._held:
+            self._rebuild_path(k)
+        T = chain.tracked_in_map(result.c2w, k)  # the tracked frame (base, or camera) in map
         pose = pose_stamped(T, stamp, cfg.map_frame)
         self.pose.publish(pose)
         self.path.append(pose)
@@ -91,26 +145,60 @@ class Outputs:
         # Our odometry frame is the map (map -> odom is the identity) when we own odom;
         # otherwise our estimate lives in map only.
         odom_frame = cfg.odom_frame if cfg.publish_odom_to_base else cfg.map_frame
-        self.odometry.publish(odometry(
-            T, stamp, odom_frame, chain.tracked_frame, linear, angular,
-            (cfg.odom_position_var, cfg.odom_orientation_var),
-            (cfg.odom_linear_var, cfg.odom_angular_var)))
+        if k is None:  # model units: the configured constant diagonals
+            pose_cov = (cfg.odom_position_var, cfg.odom_orientation_var)
+            twist_cov = (cfg.odom_linear_var, cfg.odom_angular_var)
+        else:  # metres: the variances (the outputs' units) plus the scale's uncertainty
+            pose_cov = scaled_covariance(cfg.odom_position_var, cfg.odom_orientation_var,
+                                         scale.sigma_log, T[:3, 3])
+            twist_cov = scaled_covariance(cfg.odom_linear_var, cfg.odom_angular_var,
+                                          scale.sigma_log, linear)
+        self.odometry.publish(odometry(T, stamp, odom_frame, chain.tracked_frame, linear,
+                                       angular, pose_cov, twist_cov))
         transforms = self._transforms(T, stamp, result.stamp_ns, chain.tracked_frame)
         if transforms:
             self.tf.publish(TFMessage(transforms=transforms))
-        in_h, in_w = result.crop.input_hw
-        self.camera_info.publish(camera_info_msg(result.K, in_w, in_h, stamp,
-                                                 chain.camera_frame))
+        self._publish_camera_info(result, chain, stamp)
         now = time.monotonic()
         if depth_due is None:
             depth_due = now - self._last_depth >= 1.0 / cfg.depth_rate_hz
         if self.depth is not None and result.depth is not None and depth_due:
             h, w = result.depth.shape
-            self.depth.publish(depth_image(result.depth, stamp, chain.camera_frame))
+            depth = result.depth if k is None else depth_to_metres(result.depth, k)
+            self.depth.publish(depth_image(depth, stamp, chain.camera_frame))
             self.depth_info.publish(camera_info_msg(result.K_model, w, h, stamp,
                                                     chain.camera_frame))
             self._last_depth = now
-        self._publish_points(result, chain, stamp, now)
+        self._publish_points(result, chain, stamp, now, scale)
+        return (f"map -> odom not published: {self.last_tf_failure}"
+                if self._tf_failing is not None else "")
+
+    def _publish_camera_info(self, result: FrameResult, chain: FrameChain, stamp) -> None:
+        in_h, in_w = result.crop.input_hw
+        self.camera_info.publish(camera_info_msg(result.K, in_w, in_h, stamp,
+                                                 chain.camera_frame))
+
+    def _rebuild_path(self, k: float) -> None:
+        """The scale just locked: the frames kept before it go onto ~/path in metres (the
+        model-unit poses published before, with ``publish_model_units``, are dropped)."""
+        if self._published_model_units:  # ~/path and the map held model units
+            self.path.clear()
+            if self.map is not None:
+                self.map.clear()
+            self._published_model_units = False
+        cfg = self.config
+        while self._held:
+            held = self._held.popleft()
+            self.path.append(pose_stamped(held.chain.tracked_in_map(held.c2w, k),
+                                          ns_to_stamp(held.stamp_ns), cfg.map_frame))
+
+    def map_to_odom_failing(self) -> Optional[tuple[float, int, str]]:
+        """(seconds since map -> odom last went out, frames failed, last error) while the
+        last frame's failed; None otherwise (or when this node owns odom -> base)."""
+        failing = self._tf_failing  # one read: the worker thread replaces it
+        if failing is None:
+            return None
+        return time.monotonic() - failing[0], failing[1], self.last_tf_failure
 
     def flush_path(self) -> None:
         self.path.flush()
@@ -121,13 +209,18 @@ class Outputs:
         if self.map is not None:
             self.map.clear()
         self._previous = None
+        self._held.clear()
+        self._published_model_units = False
+        self.map_scale = None
 
     def restart(self) -> None:
-        """The stream restarted itself: no twist across the restart."""
+        """The stream restarted itself: no twist across the restart; frames kept for the
+        lock are dropped (the restarted stream has a new scale)."""
         self._previous = None
+        self._held.clear()
 
     def info(self) -> dict:
-        info = {"tf_failures": self.num_tf_failures}
+        info = {"tf_failures": self.num_tf_failures, "scale_withheld_frames": self.num_withheld}
         if self.map is not None:
             info.update(self.map.info())
         return info
@@ -162,15 +255,18 @@ class Outputs:
             except TransformError as exc:
                 self.num_tf_failures += 1
                 self.last_tf_failure = str(exc)
+                since, n = self._tf_failing or (time.monotonic(), 0)
+                self._tf_failing = (since, n + 1)
                 self._node.get_logger().warning(
                     f"map -> odom not published: {exc}", throttle_duration_sec=5.0)
                 return out
+            self._tf_failing = None
             out.append(transform(T_map_tracked @ rigid_inverse(T_odom_tracked), stamp,
                                  cfg.map_frame, cfg.odom_frame))
         return out
 
-    def _publish_points(self, result: FrameResult, chain: FrameChain, stamp, now: float
-                        ) -> None:
+    def _publish_points(self, result: FrameResult, chain: FrameChain, stamp, now: float,
+                        scale: Optional[ScaleEstimate] = None) -> None:
         """A keyframe's points on ~/points and into the map, each at its own rate."""
         cfg = self.config
         if not result.keyframe or result.depth is None:
@@ -181,10 +277,11 @@ class Outputs:
         if not (want_cloud or want_map):
             return
         xyz, rgb = frame_points(result, cfg.points_stride, cfg.points_min_conf)
-        M = chain.T_map_world  # model world -> map
-        xyz = (xyz @ M[:3, :3].T + M[:3, 3]).astype(np.float32)
+        k = scale.output_factor if scale is not None else None
+        xyz = chain.points_in_map(xyz, k)  # model world -> map (metres with a scale)
         if want_cloud:
             self.points.publish(point_cloud(xyz, rgb, stamp, cfg.map_frame))
             self._last_points = now
         if want_map:
             self.map.add(xyz, rgb, stamp)
+            self.map_scale = scale

@@ -55,6 +55,16 @@ class PathCdr:
     def __len__(self) -> int:
         return self._count
 
+    @property
+    def capacity(self) -> int:
+        """Poses the buffer holds now (it grows up to ``max_poses``, then rings)."""
+        return self._records.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the buffer takes now."""
+        return self._records.nbytes
+
     def append(self, sec: int, nanosec: int, position, orientation) -> None:
         """One pose: stamp, position (x, y, z) and orientation (x, y, z, w) quaternion."""
         if self.max_poses and self._count == self.max_poses:  # full: drop the oldest (a ring)

@@ -2,8 +2,9 @@
 
 The session is pipelined (``StreamingSession.submit`` / ``collect``): an image's outcome
 comes back when the next image is queued behind it, and the anchor frames' all at once. So
-each image handed in keeps its context (the message, the TF chain it is published in,
-whether ~/depth is due) until its result or failure is published, found by stamp. Bounded:
+each image the session accepted keeps its context (the message, the TF chain it is published
+in, whether ~/depth is due) until its result or failure is published, found by the ticket
+``submit`` returned (outcomes carry it; stamps may repeat, tickets never do). Bounded:
 the contexts of frames that never produce an outcome (anchors a stream restart dropped, a
 frame lost to a CUDA error) age out, oldest first.
 """
@@ -21,16 +22,16 @@ class PendingFrame(NamedTuple):
 
 class PendingFrames:
     def __init__(self, limit: int = 256) -> None:
-        self._frames: OrderedDict[int, PendingFrame] = OrderedDict()
+        self._frames: OrderedDict[int, PendingFrame] = OrderedDict()  # by ticket
         self._limit = limit
 
-    def add(self, stamp_ns: int, frame: PendingFrame) -> None:
-        self._frames[stamp_ns] = frame
+    def add(self, ticket: int, frame: PendingFrame) -> None:
+        self._frames[ticket] = frame
         while len(self._frames) > self._limit:
             self._frames.popitem(last=False)
 
-    def pop(self, stamp_ns: int) -> Optional[PendingFrame]:
-        return self._frames.pop(stamp_ns, None)
+    def pop(self, ticket: int) -> Optional[PendingFrame]:
+        return self._frames.pop(ticket, None)
 
     def clear(self) -> int:
         """Forget every context (a reset); return how many there were."""

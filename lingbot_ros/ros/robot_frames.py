@@ -4,20 +4,26 @@ On a robot the base -> camera extrinsic comes from the robot's TF (robot_state_p
 ``/tf_static``), looked up when the first image arrives and kept: it is rigid. Until it is
 there, frames are dropped (counted) and the node says what it waits for; after
 ``tf.wait_for_extrinsic_s`` that becomes an ERROR on /diagnostics. A bare camera
-(``frames.base: ""``) needs no TF.
+(``frames.base: ""``) needs no TF. A different base -> camera later on TF (a corrected
+calibration) is reported (``check_extrinsic``: the worker logs it, WARN, old and new) and
+applied by ``restart()`` on the next ~/reset, not mid-stream (docs/node.md says why).
 """
 from __future__ import annotations
 
 import math
 from typing import Optional
 
-from ..config import NodeConfig
-from ..session import matrix_to_tq
+import numpy as np
+
+from .node_config import NodeConfig
+from ..geometry import matrix_to_tq
 from .frames import FrameChain
 from .health import ERROR, OK
 from .tf_tree import TransformError
 
 DEFAULT_CAMERA_FRAME = "camera_optical_frame"  # images without a frame_id
+EXTRINSIC_CHECK_S = 1.0  # how often the extrinsic in use is compared with TF's
+EXTRINSIC_TOLERANCE = 1e-6  # metres / rotation-matrix entries: a smaller change is none
 
 
 def tf_tree_mode(cfg: NodeConfig) -> str:
@@ -46,6 +52,9 @@ class RobotFrames:
         self.waiting_since: Optional[float] = None  # time.monotonic() of the first miss
         self.last_error = ""
         self.waiting_for = ""  # "base_link -> camera_optical_frame"
+        self._T_base_camera = None  # the extrinsic in use (looked up for ``chain``)
+        self._pending = None  # a different base -> camera seen since: applied on restart()
+        self._last_check = -math.inf
 
     def camera_frame(self, header_frame_id: str) -> str:
         return self.config.camera_frame or header_frame_id or DEFAULT_CAMERA_FRAME
@@ -69,8 +78,45 @@ class RobotFrames:
             return None
         self.chain = FrameChain.robot(cfg.base_frame, camera, T_base_camera,
                                       cfg.camera_is_optical)
+        self._T_base_camera, self._pending = T_base_camera, None
         self.waiting_since, self.waiting_for, self.last_error = None, "", ""
         return self.chain
+
+    def check_extrinsic(self, now: float) -> str:
+        """At most every ``EXTRINSIC_CHECK_S``: the base -> camera transform on TF against
+        the one in use. A new value (a corrected calibration on /tf_static) is not applied
+        mid-stream -- the poses already published, the path and the map are in the old
+        camera's frame, and the stream's map frame is the first camera's -- but kept for the
+        next ``restart()`` (~/reset); returns the WARN line (old and new) once per new
+        value, else ""."""
+        if (self._T_base_camera is None or self.config.camera_only
+                or now - self._last_check < EXTRINSIC_CHECK_S):
+            return ""
+        self._last_check = now
+        try:
+            T = self._tree.lookup(self.config.base_frame, self.chain.camera_frame, None)
+        except TransformError:
+            return ""
+        if np.allclose(T, self._T_base_camera, rtol=0.0, atol=EXTRINSIC_TOLERANCE):
+            self._pending = None
+            return ""
+        if self._pending is not None and np.allclose(T, self._pending, rtol=0.0,
+                                                     atol=EXTRINSIC_TOLERANCE):
+            return ""  # already said
+        self._pending = T
+        return (f"the extrinsic {self.config.base_frame} -> {self.chain.camera_frame} changed "
+                f"on TF: in use {_tq(self._T_base_camera)}, new {_tq(T)}; kept until the "
+                "next ~/reset (the published poses, path and map are in the current one)")
+
+    def restart(self) -> str:
+        """A new stream (~/reset): a changed extrinsic is applied now (looked up again on
+        the next image); returns the log line, "" when nothing changed."""
+        if self._pending is None:
+            return ""
+        old, self._pending = self._T_base_camera, None
+        self.chain = self._T_base_camera = None
+        return (f"~/reset: applying the new extrinsic {self.config.base_frame} -> camera "
+                f"(was {_tq(old)})")
 
     def waiting_message(self) -> str:
         return (f"waiting for the transform {self.waiting_for} (the robot's static TF, e.g. "
@@ -96,11 +142,17 @@ class RobotFrames:
             out["tracked_frame"] = self.chain.tracked_frame
             out["camera_frame"] = self.chain.camera_frame
             if not cfg.camera_only:
-                t, q = matrix_to_tq(self.chain.T_base_optical[None])
-                out["extrinsic_base_optical"] = (
-                    "t " + " ".join(f"{v:.4f}" for v in t[0]) + ", q xyzw "
-                    + " ".join(f"{v:.4f}" for v in q[0]))
+                out["extrinsic_base_optical"] = _tq(self.chain.T_base_optical)
+                if self._pending is not None:
+                    out["extrinsic_pending"] = (f"{_tq(self._pending)} (base -> "
+                                                f"{self.chain.camera_frame}; on ~/reset)")
         return out
+
+
+def _tq(T) -> str:
+    t, q = matrix_to_tq(np.asarray(T)[None])
+    return ("t " + " ".join(f"{v:.4f}" for v in t[0]) + ", q xyzw "
+            + " ".join(f"{v:.4f}" for v in q[0]))
 
 
 def extrinsic_summary(chain: FrameChain) -> str:

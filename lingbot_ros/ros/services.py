@@ -10,7 +10,7 @@ from lingbot_ros_interfaces.srv import GetCacheInfo, SaveMap, SaveTrajectory
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from std_srvs.srv import SetBool, Trigger
 
-from ..session import write_tum
+from ..geometry import write_tum
 from .frames import FrameChain
 from .messages import cache_info
 from .robot_frames import DEFAULT_CAMERA_FRAME
@@ -46,7 +46,7 @@ class Services:
         return response
 
     def _cache_info(self, request, response):
-        snapshot = self._node.info_snapshot
+        snapshot = self._node.telemetry.session_info()
         stamp = self._node.get_clock().now().to_msg()
         if snapshot is None:
             response.success, response.message = False, "not configured: no cache"

@@ -1,10 +1,16 @@
-"""Periodic and per-frame status: ~/status, ~/cache_info and /diagnostics."""
+"""Periodic and per-frame status: ~/status, ~/cache_info and /diagnostics.
+
+The periodic ones run on timers of the steady clock: a paused sim clock (``use_sim_time``)
+does not silence /diagnostics, which then says that the clock stalled.
+"""
 from __future__ import annotations
 
 import time
+from typing import Optional
 
 from diagnostic_msgs.msg import DiagnosticArray
 from lingbot_ros_interfaces.msg import CacheInfo, TrackingStatus
+from rclpy.clock import Clock, ClockType
 
 from . import diagnostics
 from .health import HealthMonitor
@@ -13,17 +19,22 @@ from .topics import image_subscription
 
 
 class Status:
-    """Created on activate, destroyed on deactivate. Reads the node's snapshots only."""
+    """Created on activate, destroyed on deactivate. Reads ``NodeTelemetry`` snapshots only."""
 
     def __init__(self, node) -> None:
         self._node = node
+        self._telemetry = node.telemetry
         cfg = node.settings.node
         self.status = node.create_publisher(TrackingStatus, "~/status", 10)
         self.cache = node.create_publisher(CacheInfo, "~/cache_info", 10)
         self.diag = node.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self._timers = [node.create_timer(1.0 / cfg.cache_info_rate_hz, self._publish_cache),
-                        node.create_timer(1.0 / cfg.diagnostics_rate_hz, self._publish_diag)]
+        steady = Clock(clock_type=ClockType.STEADY_TIME)
+        self._timers = [node.create_timer(1.0 / cfg.cache_info_rate_hz, self._publish_cache,
+                                          clock=steady),
+                        node.create_timer(1.0 / cfg.diagnostics_rate_hz, self._publish_diag,
+                                          clock=steady)]
         self._last = (time.monotonic(), 0, 0)  # for rates: time, received, processed
+        self._ros_clock = (None, time.monotonic())  # (last ROS time seen, when it changed)
         self._health = HealthMonitor(cfg.warn_drop_share, cfg.stall_timeout_s)
         self.state = None  # the last state published on ~/status
 
@@ -34,11 +45,14 @@ class Status:
             self._node.destroy_publisher(pub)
         self._timers = []
 
-    def frame(self, result, header, latency_ms: float) -> None:
-        """The status of one processed frame (TRACKING)."""
-        msg = self._message(header, TrackingStatus.STATE_TRACKING)
+    def frame(self, result, header, end_to_end_ms: float, message: str = "") -> None:
+        """The status of one processed frame (TRACKING): ``compute_ms`` the session's
+        hand-in to result, ``latency_ms`` the node's image callback to outputs published;
+        ``message``: "" when every output of the frame went out, else what did not (its
+        pose did: map -> odom without the other odometry, say)."""
+        msg = self._message(header, TrackingStatus.STATE_TRACKING, message)
         msg.keyframe, msg.frame_index = result.keyframe, result.index
-        msg.compute_ms, msg.latency_ms = float(result.latency_ms), float(latency_ms)
+        msg.compute_ms, msg.latency_ms = float(result.latency_ms), float(end_to_end_ms)
         self.status.publish(msg)
 
     def initializing(self, header, message: str) -> None:
@@ -58,58 +72,87 @@ class Status:
         self.status.publish(self._message(header, state, message))
 
     def _message(self, header, state: int, message: str = "") -> TrackingStatus:
-        c = self._node.counters
+        t = self._telemetry.snapshot()
         self.state = state
         return TrackingStatus(
-            header=header, state=state, message=message, frames_received=c["received"],
-            frames_processed=c["processed"],
-            frames_dropped=sum(v for k, v in c.items() if k.startswith("dropped")),
-            frames_rejected=sum(v for k, v in c.items() if k.startswith("rejected")))
+            header=header, state=state, message=message, frames_received=t.received,
+            frames_processed=t.processed, frames_dropped=t.dropped, frames_rejected=t.rejected)
 
     def _publish_cache(self) -> None:
-        snapshot = self._node.info_snapshot
+        snapshot = self._telemetry.session_info()
         if snapshot and snapshot["cache"]:
             self.cache.publish(cache_info(CacheInfo, snapshot["cache"],
                                           self._node.get_clock().now().to_msg()))
 
     def _publish_diag(self) -> None:
         n = self._node
+        t = self._telemetry.snapshot()
         now = time.monotonic()
         frames = n.robot_frames
         t0, received0, processed0 = self._last
         dt = max(now - t0, 1e-6)
-        c = dict(n.counters)
-        rates = {"input": (c.get("received", 0) - received0) / dt,
-                 "processed": (c.get("processed", 0) - processed0) / dt}
-        self._last = (now, c.get("received", 0), c.get("processed", 0))
-        info = n.info_snapshot
+        c = dict(t.counters)
+        rates = {"input": (t.received - received0) / dt,
+                 "processed": (t.processed - processed0) / dt}
+        self._last = (now, t.received, t.processed)
+        info = t.session_info
         topic = image_subscription(n, n.settings.node)[0]  # the topic actually subscribed
         idle = "tracking"
         if info is not None and info["phase"] == "scale_frames":
             idle = (f"initialising: {info['scale_frames_buffered']}/"
                     f"{info['startup_latency_frames']} anchor frames")
+        clock_stalled = self._clock_stalled(now)
         override = None
         if n.paused:
             override = (0, "paused (~/pause): images are dropped until it is turned off")
         elif frames is not None:
             override = frames.health(now)
         level, message = self._health.evaluate(
-            now, c, None if n.last_image_time is None else now - n.last_image_time,
-            None if n.last_processed_time is None else now - n.last_processed_time,
-            n.last_error, n.last_restart, idle, topic, override)
-        extra = {"paused": n.paused}
+            now, c, None if t.last_image_time is None else now - t.last_image_time,
+            None if t.last_processed_time is None else now - t.last_processed_time,
+            t.last_error, t.last_restart, idle, topic, override,
+            map_to_odom_failing=n.outputs.map_to_odom_failing() if n.outputs else None,
+            clock_stalled=clock_stalled)
+        extra = {"paused": n.paused, "ros_clock": self._clock_description(now)}
         if n.image_input is not None:
             extra["image_qos"] = n.image_input.describe()
         if frames is not None:
             extra.update(frames.describe())
         extra.update(n.outputs_info())
-        extra.update(diagnostics.camera_info_check(n.camera_info, n.last_input_hw, n.last_fx))
+        extra.update(diagnostics.camera_info_check(n.camera_info, t.last_input_hw, t.last_fx))
         msg = diagnostics.build(
-            n.get_clock().now().to_msg(), f"{n.get_name()}: tracking",
-            n.settings.session.device, level, message, c, rates, n.latency.summary(),
+            n.get_clock().now().to_msg(), f"{n.get_fully_qualified_name()}: tracking",
+            n.settings.session.device, level, message, c, rates, dict(t.end_to_end_ms),
             info["latency_ms"] if info else {}, info, _gpu_memory(n.settings.session.device),
             topic, extra)
         self.diag.publish(msg)
+
+
+    def _clock_stalled(self, now: float) -> Optional[tuple[float, str]]:
+        """(seconds, why) while the node's clock is sim time (``use_sim_time``) and has not
+        advanced; None on the system clock or while it advances."""
+        clock = self._node.get_clock()
+        ros_ns = clock.now().nanoseconds
+        last_ns, changed_at = self._ros_clock
+        if ros_ns != last_ns:
+            self._ros_clock = (ros_ns, now)
+            changed_at = now
+        if not getattr(clock, "ros_time_is_active", False):
+            return None
+        stalled_s = now - changed_at
+        if ros_ns == 0:
+            return stalled_s, (f"use_sim_time is true but no /clock was received for "
+                               f"{stalled_s:.0f} s")
+        return stalled_s, (f"the sim clock (use_sim_time) has not advanced for "
+                           f"{stalled_s:.0f} s: /clock is paused or its publisher stopped; "
+                           "diagnostics go on (steady clock), stamps stay at "
+                           f"{ros_ns / 1e9:.3f} s")
+
+    def _clock_description(self, now: float) -> str:
+        clock = self._node.get_clock()
+        if not getattr(clock, "ros_time_is_active", False):
+            return "system time"
+        return f"sim time (use_sim_time), last advanced {now - self._ros_clock[1]:.1f} s ago"
 
 
 def _gpu_memory(device: str):

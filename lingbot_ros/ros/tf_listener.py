@@ -17,7 +17,7 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from tf2_msgs.msg import TFMessage
 
-from ..session import tq_to_matrix
+from ..geometry import tq_to_matrix
 from .tf_tree import TransformTree
 
 __all__ = ["TfListener", "TF_QOS", "TF_STATIC_QOS"]

@@ -3,7 +3,7 @@
 Pure numpy (no rclpy), so it is unit-testable anywhere; :mod:`.tf_listener` fills it from
 ``/tf`` and ``/tf_static``.
 
-Conventions (as in :mod:`lingbot_ros.session.poses`): ``T_a_b`` is the pose of frame ``b`` in
+Conventions (as in :mod:`lingbot_ros.geometry.poses`): ``T_a_b`` is the pose of frame ``b`` in
 frame ``a`` -- it maps b-coordinates to a-coordinates. An edge ``parent -> child`` stores
 ``T_parent_child``. Stamps are integer nanoseconds.
 
@@ -35,8 +35,8 @@ from typing import NamedTuple, Optional, Union
 
 import numpy as np
 
-from ..session import (format_stamp, rigid_inverse, rotation_to_quaternion, slerp,
-                       tq_to_matrix)
+from ..geometry import (format_stamp, rigid_inverse, rotation_to_quaternion, slerp,
+                        tq_to_matrix)
 
 __all__ = ["TransformTree", "TransformError", "UnknownFrameError", "NotConnectedError",
            "ExtrapolationError", "Reparent", "normalize_frame"]

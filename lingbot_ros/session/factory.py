@@ -14,18 +14,20 @@ __all__ = ["PRESETS", "open_session", "load_session_model", "warm_up"]
 
 def load_session_model(config: SessionConfig, preset: str = "tiny",
                        checkpoint: Optional[str] = None, precision: str = "auto",
-                       seed: int = 0, camera_head_precision: str = "fp32"):
-    """``(model, random_weights)`` on ``config.device``; say loudly when ``random_weights``."""
+                       seed: int = 0, camera_head_precision: str = "fp32",
+                       trust_pickle: bool = False):
+    """``(model, random_weights)`` on ``config.device``; say loudly when ``random_weights``.
+    ``trust_pickle``: unpickle a checkpoint that needs it (only from a trusted source)."""
     return build_model(preset, checkpoint, config.device, precision, seed,
-                       camera_head_precision)
+                       camera_head_precision, trust_pickle)
 
 
 def open_session(config: SessionConfig, preset: str = "tiny", checkpoint: Optional[str] = None,
-                 precision: str = "auto", seed: int = 0, camera_head_precision: str = "fp32"
-                 ) -> tuple[StreamingSession, bool]:
+                 precision: str = "auto", seed: int = 0, camera_head_precision: str = "fp32",
+                 trust_pickle: bool = False) -> tuple[StreamingSession, bool]:
     """A fresh ``StreamingSession`` and whether its weights are random."""
     model, random_weights = load_session_model(config, preset, checkpoint, precision, seed,
-                                               camera_head_precision)
+                                               camera_head_precision, trust_pickle)
     return StreamingSession(model, config), random_weights
 
 

@@ -33,7 +33,7 @@ import torch
 
 from ..attention import AttentionBackend
 from ..cache import CameraKVCache, PagedKVCache
-from ..model import UNFUSED, FusedKernels
+from ..model import UNFUSED, FusedKernels, StepContext
 from ..model.rope import VideoRope
 from .stats import HostLaps
 from .step_txn import StepTxn
@@ -53,7 +53,8 @@ class _StaticSlots:
         self._cache.storage.write(layer, self._k_rows, self._v_rows, k, v)
 
     def destination(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(flat K/V rows of the layer, K rows, V rows): for a kernel that writes K/V itself."""
+        """(flat K/V rows of the layer, K rows, V rows): a fused kernel writes K/V itself
+        (``KVWriter``)."""
         return self._cache.storage.layer_tokens(layer), self._k_rows, self._v_rows
 
 
@@ -92,7 +93,7 @@ class GraphedStep:
         """Args:
             backend: attention backend the captured step runs (flashinfer built for CUDA
                 graphs, ``graph_query_tokens`` = tokens per frame).
-            fused: the stream's fused kernels, as in ``GCTModel.forward``.
+            fused: the stream's fused kernels (``StepContext.fused``).
             capture: False runs the graph's body directly every step, through the same
                 static buffers (no CUDA needed): how the CPU tests check that body.
             laps: the stream's host-time laps (load, plan, launch, copy_outputs).
@@ -120,21 +121,19 @@ class GraphedStep:
         self._replay_events: list[tuple] = []
         self.laps = laps if laps is not None else HostLaps()
 
-    def accepts(self, txn: StepTxn) -> bool:
-        """One frame on a cache that holds the anchors: the only steps a graph replays."""
-        return self.accepts_step(txn.num_frames, txn.first_frame)
-
     def accepts_step(self, num_frames: int, first_frame: int) -> bool:
+        """One frame on a cache that holds the anchors: the only steps a graph replays."""
         return num_frames == 1 and first_frame >= max(1, self.num_scale_frames)
 
     @torch.no_grad()
     def run(self, images: torch.Tensor, txn: StepTxn, with_depth: bool = True) -> dict:
-        """The step's outputs (``StepOutputs`` fields but ``time_index``) for an open ``txn``
+        """The step's outputs (the ``StepOutputs`` fields) for an open ``txn``
         that ``accepts``; the caller closes the transaction."""
         laps = self.laps
         self._load(images, txn)
         laps.lap("load")
-        self.backend.plan(txn.frame_txn.layout)
+        if not txn.attention_planned:
+            self.backend.plan(txn.frame_txn.layout)
         laps.lap("plan")
         if not self.capture:
             return self._body(with_depth, txn.first_frame)()
@@ -179,7 +178,7 @@ class GraphedStep:
             return captured
         self._graphs.pop(with_depth, None)  # its memory returns to the pool first
         try:
-            captured = self._capture(with_depth, first_frame)
+            captured = self.record(with_depth, first_frame)
         except Exception as exc:
             raise GraphCaptureError(f"CUDA-graph capture failed: {type(exc).__name__}: "
                                     f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc
@@ -200,11 +199,14 @@ class GraphedStep:
             rope = VideoRope.for_time_indices(self._time, grid_hw, agg.num_special_tokens,
                                               agg.video_rope_dims, agg.video_rope_theta)
             camera = _StaticCameraTxn(self.camera_cache, self._camera_slot)
-            return model(self._image, first_frame, self.num_scale_frames, rope, writer, camera,
-                         self.backend, with_depth=with_depth, fused=self.fused)
+            return model(self._image, StepContext(first_frame, self.num_scale_frames, rope,
+                                                  writer, camera, self.backend, self.fused,
+                                                  with_depth))
         return run
 
-    def _capture(self, with_depth: bool, first_frame: int) -> _Captured:
+    def record(self, with_depth: bool, first_frame: int) -> _Captured:
+        """Capture the step's graph (``run`` does, when it needs one); an exception here is a
+        failed capture (``GraphCaptureError``)."""
         run = self._body(with_depth, first_frame)
         # Warm up on a side stream (lazy inits, kernel selection), as CUDA graphs require.
         # Each run writes this step's own K/V again: idempotent.

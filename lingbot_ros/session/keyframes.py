@@ -146,6 +146,17 @@ class _Base:
         self.last_keyframe_index = None
         self.num_keyframes = 0
 
+    def state_dict(self) -> dict:
+        """The policy's state: JSON-able values and host tensors (``load_state_dict``)."""
+        return {"last_keyframe_index": self.last_keyframe_index,
+                "num_keyframes": self.num_keyframes}
+
+    def load_state_dict(self, state: dict, device="cpu") -> None:
+        """Take back ``state_dict``'s output; tensors go to ``device``."""
+        last = state["last_keyframe_index"]
+        self.last_keyframe_index = None if last is None else int(last)
+        self.num_keyframes = int(state["num_keyframes"])
+
     def _check_index(self, frame_index: int) -> None:
         if not isinstance(frame_index, int) or isinstance(frame_index, bool):
             raise ValueError(f"frame_index must be an int, got {frame_index!r}")
@@ -225,6 +236,20 @@ class FlowKeyframes(_Base):
         super().reset()
         self._ref_c2w = self._ref_K = None
         self.last_flow = None
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        for name, t in (("ref_c2w", self._ref_c2w), ("ref_K", self._ref_K),
+                        ("last_flow", self.last_flow)):
+            state[name] = None if t is None else t.detach().cpu().clone()
+        return state
+
+    def load_state_dict(self, state: dict, device="cpu") -> None:
+        super().load_state_dict(state, device)
+        ref_c2w, ref_K, last_flow = (None if state.get(name) is None
+                                     else torch.as_tensor(state[name]).to(device)
+                                     for name in ("ref_c2w", "ref_K", "last_flow"))
+        self._ref_c2w, self._ref_K, self.last_flow = ref_c2w, ref_K, last_flow
 
     def known_before_forward(self, frame_index: int) -> Optional[bool]:
         """None: every frame's fate comes after its forward (the reference's v2 flow mode

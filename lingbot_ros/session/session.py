@@ -1,4 +1,5 @@
-"""StreamingSession: one camera stream through model, caches and keyframe policy.
+"""StreamingSession: one camera stream through model, caches and keyframe policy; the
+pipeline of its steps.
 
     session = StreamingSession(model, SessionConfig(...))
     for image, stamp in camera:
@@ -13,8 +14,8 @@ decision and commit, then t+1's bookkeeping, attention plan and launch) runs bef
 has work again, and t's result is built while the GPU replays t+1:
 
     for image, stamp in camera:
-        session.submit(image, stamp, "rgb8")    # frame t+1 queued behind frame t
-        for outcome in session.collect(wait=False):   # frame t, if finished
+        ticket = session.submit(image, stamp, "rgb8")   # frame t+1 queued behind frame t
+        for outcome in session.collect(wait=False):     # frame t, if finished
             ...                                 # FrameResult, or FrameFailed (rolled back)
     outcomes = session.collect()                # the last one
 
@@ -29,12 +30,11 @@ keyframe step and sees the window its commit leaves; any other frame is begun sp
 sees the un-evicted window, and is committed (eviction runs then) or rolled back once the
 policy has decided, in both caches.
 
-Unbounded streams: after ``rollover_keyframes`` keyframes in a segment, a new segment starts
-whose anchor frames are the last ``num_scale_frames`` keyframes (re-run as its scale phase);
-it is aligned to the previous one by Sim(3) (rotation and centre of the latest anchor, scale
-from the median depth ratio), so the published trajectory stays continuous while memory,
-RoPE time index and per-frame cost stay bounded. ("Window" always means the KV window of
-``SessionConfig.window``; a segment is the stretch between two rollovers.)
+The concepts around the pipeline have their own owners: ``InputPolicy`` (stamps and sizes:
+accept, reject or restart), ``Segments`` (the world alignment and the rollovers of unbounded
+streams), ``results`` (the pure functions that build a ``FrameResult``). This module keeps
+the pipeline: one in-flight step (``_Flight``), closed in ``_close_flight`` and reported in
+``_report``, whose results change the session in one place (``_publish``).
 """
 from __future__ import annotations
 
@@ -48,76 +48,47 @@ import torch
 
 from ..cache import StepKind
 from ..config import SessionConfig
+from ..geometry import Trajectory
+from ..model import StepOutputs
 from ..preprocess import CropInfo, preprocess
+from .input_policy import InputPolicy, SessionEvent
 from .keyframes import make_policy
 from .readback import HostReadback
-from .sim3 import Sim3, reference_alignment
+from .results import Frame, frame_result, host_tensors
+from .segments import Rollover, Segments
+from .snapshot import (SnapshotData, SnapshotError, check_compatible, read_snapshot,
+                       snapshot_data, write_snapshot)
 from .stats import HostLaps, LatencyWindow
+from .step_txn import StepTxn
 from .stream_runner import StreamRunner, check_runnable, fast_path_of
-from .trajectory import Trajectory
 from .types import FrameFailed, FrameRejected, FrameResult
 
+__all__ = ["StreamingSession", "Outcome", "Rollover", "SessionEvent"]
 
-@dataclass
-class _Keyframe:
-    """A committed frame kept for the next segment's anchors."""
-
-    image: torch.Tensor  # (3, H, W) model input on the device
-    index: int
-    c2w: np.ndarray  # (4, 4) float64, world frame (as published)
-    depth: Optional[torch.Tensor]  # (H, W) world-scale depth on the device
+Outcome = Union[FrameResult, FrameFailed]  # what ``collect`` returns per frame, in order
 
 
 @dataclass(frozen=True)
-class Rollover:
-    """A segment change, for diagnostics: the Sim(3) and how well the anchor stayed put."""
+class _Flight:
+    """The streaming frame whose step is queued on the GPU: the session's one in-flight
+    step (its outputs are being read back by ``HostReadback``)."""
 
-    segment: int  # the new segment's number
-    frame_index: int  # the anchor frame (latest keyframe of the previous segment)
-    alignment: Sim3  # new segment -> world
-    anchor_c2w_published: np.ndarray  # (4, 4) as published in the previous segment
-    anchor_c2w_aligned: np.ndarray  # (4, 4) the new segment's estimate, aligned
-
-
-@dataclass(frozen=True)
-class SessionEvent:
-    """Something a front end should log once and count: the session restarted itself."""
-
-    kind: str  # restart_stamp_backwards | restart_stamp_gap | restart_size_changed
-    message: str  # one line naming what happened (both stamps, both sizes)
-
-
-@dataclass
-class _Pending:
-    image: torch.Tensor
-    stamp_ns: int
-    crop: CropInfo
-    index: int
-    ticket: int  # what ``submit`` returned for it
-    t0: float  # perf_counter when the frame was handed in
-
-
-@dataclass
-class _InFlight:
-    """A streaming frame whose step is queued on the GPU and not yet finished."""
-
-    frame: _Pending
-    outputs: object  # StepOutputs on the device
-    txn: object  # the open StepTxn
+    frame: Frame
+    outputs: StepOutputs  # on the device
+    txn: StepTxn  # open until the step closes
     known: Optional[bool]  # keyframe decided before the forward, else None
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Closed:
-    """A streaming frame whose step is closed (committed or rolled back), result not built."""
+    """A step that closed (committed or rolled back), its outcome not yet reported."""
 
-    flight: _InFlight
-    host: dict  # its outputs on the host (``HostReadback`` views: valid for one more frame)
+    frame: Frame
+    outputs: Optional[StepOutputs]
+    host: Optional[dict]  # its outputs on the host (``HostReadback`` views: valid one frame more)
     keyframe: bool
     rollover_due: bool  # its commit completes the segment: roll over before the next step
-
-
-Outcome = Union[FrameResult, FrameFailed]  # what ``collect`` returns per frame, in order
+    failed: Optional[FrameFailed] = None  # its pose was not finite (rolled back)
 
 
 class StreamingSession:
@@ -127,21 +98,27 @@ class StreamingSession:
         self.config = config
         self.device = torch.device(config.device)
         self.trajectory = Trajectory()
-        self._policy = make_policy(config.keyframes)
-        # The stream's caches, backend and graphs; sized on the first frame (patch grid).
-        self._runner: Optional[StreamRunner] = None
-        self._model_hw: Optional[tuple[int, int]] = None
-        self._latency = LatencyWindow()
         # Checked now, so a setting this model cannot run fails before the first frame.
         self.fused_kernels = model.resolve_fused_kernels(config.fused_kernels)
         check_runnable(model, config)
+        # Owners of the stream's state (each cleared by its own reset on a restart):
+        self._input = InputPolicy(config)  # stamps and sizes
+        self._policy = make_policy(config.keyframes)  # keyframes
+        self._segments = Segments(config)  # world alignment, rollovers, next anchors
+        # The stream's caches, backend and graphs; sized on the first frame (patch grid).
+        self._runner: Optional[StreamRunner] = None
+        self._model_hw: Optional[tuple[int, int]] = None
+        self._anchors: list[Frame] = []  # frames waiting for the scale phase
+        self._flight: Optional[_Flight] = None  # the step on the GPU (``_take_flight``)
+        self._readback = HostReadback()
+        self._ready: list[Outcome] = []  # finished frames not yet collected, in order
+        self._next_index = 0  # frames taken since the stream (re)started
+        self._next_ticket = 0  # never reset: a ticket names one handed-in frame for good
+        self._latency = LatencyWindow()
+        self._laps = HostLaps()  # host time per phase of a step, when timed (benchmarks)
         self._events: deque[SessionEvent] = deque(maxlen=100)
         self._restarts: Counter = Counter()  # by kind; survives restarts, cleared by reset()
-        self._readback = HostReadback()
-        self._laps = HostLaps()  # host time per phase of a step, when timed (benchmarks)
-        self._in_flight: Optional[_InFlight] = None
-        self._ready: list[Outcome] = []  # finished frames not yet collected, in order
-        self._next_ticket = 0  # never reset: a ticket names one handed-in frame for good
+        self._counts: Counter = Counter()
         # Uploads and preprocessing of the next frame run beside the current step's replay.
         self._upload_stream = (torch.cuda.Stream(self.device) if self.device.type == "cuda"
                                else None)
@@ -191,65 +168,53 @@ class StreamingSession:
         t0 = time.perf_counter()
         self._laps.mark()
         try:
-            stamp_ns, stamp_restart = self._check_stamp(stamp_ns)
+            stamp_ns, restart = self._input.check_stamp(stamp_ns)
             tensor, crop = self._preprocess(image, encoding)
-            # a stamp restart unlocks the size: the frame then starts the stream at any size
-            size_restart = None if stamp_restart else self._check_size(crop.output_hw)
+            if restart is None:  # a stamp restart unlocks the size: any size starts the stream
+                restart = self._input.check_size(crop.output_hw)
         except FrameRejected as exc:
             self._counts[f"rejected_{exc.reason}"] += 1
             raise
         self._laps.lap("checks_preprocess")
+        hw = crop.output_hw
         # The previous frame's step closes before this one opens (its pages and fate decide
-        # this one's); its result is built after this frame's step is queued, off the GPU's
-        # idle time, unless the stream changes first (a restart, a new size, a rollover).
-        closed = self._close_in_flight()
+        # this one's). Its outcome is reported after this frame's step is queued, off the
+        # GPU's idle time, unless the stream changes first (a restart, a new size, a rollover).
+        closed = self._close_flight()
+        stream_changes = (restart is not None or hw != self._model_hw
+                          or (closed is not None and closed.rollover_due))
+        frame = None
         try:
-            restart = stamp_restart or size_restart
-            if closed is not None and (restart is not None or closed.rollover_due
-                                       or self._model_hw != crop.output_hw):
-                closed = self._report(closed)
-            if restart is not None:
-                self._restart(*restart)
-            if self._model_hw != crop.output_hw:
-                self._allocate(crop.output_hw)
-            self._size_locked = True
-            self._last_stamp = stamp_ns
-            frame = _Pending(tensor, stamp_ns, crop, self._next_index, self._next_ticket, t0)
-            self._next_index += 1
-            self._next_ticket += 1
-            if len(self._anchors_pending) < self.config.num_scale_frames and not self._streaming:
-                closed = self._report(closed)
-                self._anchors_pending.append(frame)
-                if len(self._anchors_pending) == self.config.num_scale_frames:
-                    try:
-                        self._ready += self._run_scale_phase()
-                    except FrameFailed as exc:  # rolled back; the next frames collect new anchors
-                        self._ready.append(exc)
-                return frame.ticket
-            self._in_flight = self._launch_streaming_frame(frame, with_depth)
+            if not stream_changes:
+                frame = self._take(tensor, stamp_ns, crop, t0, with_depth)
         finally:
-            self._report(closed)  # (a failed launch still reports the frame before)
-        self._plan_ahead(self._in_flight)
+            self._report(closed)  # the one report site (also after a failed launch)
+        if stream_changes:
+            if restart is not None:
+                self._restart(restart)
+            if hw != self._model_hw:
+                self._allocate(hw)
+            frame = self._take(tensor, stamp_ns, crop, t0, with_depth)
         return frame.ticket
 
     def collect(self, wait: bool = True) -> list[Outcome]:
         """Outcomes of the frames handed in, in input order: a ``FrameResult``, or the
         ``FrameFailed`` of a frame that was rolled back. ``wait``: finish the frame in flight
         first; else only what is finished already (a frame still on the GPU stays)."""
-        if self._in_flight is not None and (wait or self._readback.ready()):
+        if self._flight is not None and (wait or self._readback.ready()):
             self._laps.mark()
-            self._finish_in_flight()
+            self._report(self._close_flight())
         ready, self._ready = self._ready, []
         return ready
 
     @property
     def in_flight(self) -> bool:
         """A frame's step is queued and not yet finished."""
-        return self._in_flight is not None
+        return self._flight is not None
 
     def in_flight_done(self) -> bool:
         """The GPU has finished the frame in flight, if any (``collect`` will not wait)."""
-        return self._in_flight is None or self._readback.ready()
+        return self._flight is None or self._readback.ready()
 
     def reset(self) -> None:
         """Forget the stream: caches (kept allocated), trajectory, segment, policy, counters.
@@ -259,7 +224,7 @@ class StreamingSession:
         """
         self._clear_stream()
         self._ready = []
-        self._counts: Counter = Counter()
+        self._counts.clear()
         self._restarts.clear()
         self._events.clear()
 
@@ -269,33 +234,16 @@ class StreamingSession:
         self._events.clear()
         return events
 
-    def _restart(self, kind: str, message: str) -> None:
-        """The time/size policy restarts the stream on the current frame; counters go on."""
-        self._clear_stream()
-        self._restarts[kind] += 1
-        self._events.append(SessionEvent(kind, message))
+    @property
+    def rollovers(self) -> deque[Rollover]:
+        """The most recent segment changes of this stream (read only)."""
+        return self._segments.rollovers
 
-    def _clear_stream(self) -> None:
-        if self._in_flight is not None:  # (only a reset gets here with one)
-            self._in_flight = None
-            self._readback.discard()
-        self._size_locked = False
-        self._new_size: Optional[tuple[int, int]] = None  # a size seen since the last frame
-        self._new_size_frames = 0  # ... that many times in a row
-        if self._runner is not None:
-            self._runner.reset()
-        self.trajectory.reset()
-        self._policy.reset()
-        self._anchors_pending: list[_Pending] = []
-        self._recent_keyframes: deque[_Keyframe] = deque(maxlen=self.config.num_scale_frames)
-        self._streaming = False
-        self._align = Sim3.identity()
-        self._segment = 0
-        self._segment_keyframes = 0
-        self._next_index = 0
-        self._last_stamp: Optional[int] = None
-        self._latency.clear()
-        self.rollovers: deque[Rollover] = deque(maxlen=64)  # the most recent segment changes
+    @property
+    def runner(self) -> Optional[StreamRunner]:
+        """The stream's ``StreamRunner`` (caches, backend, graphs), None before the first
+        frame: for inspection (its ``info``, its caches); the session drives it."""
+        return self._runner
 
     def info(self) -> dict:
         """Counters, phase, segment, timing and cache state (for services and diagnostics)."""
@@ -309,16 +257,17 @@ class StreamingSession:
                       "fused_kernels": self.fused_kernels, "graph_captures": 0,
                       "graph_capture_failures": 0, "steps_planned_ahead": 0, "cache": None,
                       "camera_cache": None}
+        segments = self._segments
         return {
             "frames_in": c["frames_in"], "frames_processed": c["processed"],
             "keyframes": c["keyframes"], "non_keyframes": c["non_keyframes"],
             "frames_rejected": sum(rejected.values()), "rejected_by_reason": rejected,
             "frames_failed": c["failed_non_finite"],
             "plan_ahead_failures": c["plan_ahead_failed"],  # the step was then planned as usual
-            "phase": "streaming" if self._streaming else "scale_frames",
-            "scale_frames_buffered": len(self._anchors_pending),
+            "phase": "streaming" if segments.started else "scale_frames",
+            "scale_frames_buffered": len(self._anchors),
             "startup_latency_frames": self.config.num_scale_frames,
-            "segment": self._segment, "segment_keyframes": self._segment_keyframes,
+            "segment": segments.number, "segment_keyframes": segments.keyframes,
             "rollovers": c["rollovers"], "model_hw": self._model_hw,
             "restarts": sum(self._restarts.values()), "restarts_by_reason": dict(self._restarts),
             "trajectory_poses": len(self.trajectory),
@@ -359,29 +308,173 @@ class StreamingSession:
             return self._runner.fast_path
         return fast_path_of(self.model, self.config)[1]
 
-    # -- input checks ----------------------------------------------------------------------
-    def _check_stamp(self, stamp_ns) -> tuple[int, Optional[tuple[str, str]]]:
-        """The stamp as int ns, and the restart it calls for (kind, message) or None."""
-        if not isinstance(stamp_ns, (int, np.integer)) or isinstance(stamp_ns, bool):
-            raise FrameRejected("bad_stamp", f"stamp must be integer nanoseconds, got {stamp_ns!r}")
-        stamp_ns, last = int(stamp_ns), self._last_stamp
-        if last is None or stamp_ns > last:
-            gap = self.config.max_gap_s
-            if last is not None and gap is not None and stamp_ns - last > gap * 1e9:
-                return stamp_ns, ("restart_stamp_gap", (
-                    f"stream restarted: stamp {stamp_ns} ns is {(stamp_ns - last) / 1e9:.3f} s "
-                    f"after the previous frame's {last} ns (session.max_gap_s {gap:g})"))
-            return stamp_ns, None
-        if stamp_ns == last:
-            raise FrameRejected("duplicate_stamp", f"stamp {stamp_ns} ns repeats the previous "
-                                "frame's; frame skipped")
-        if self.config.on_stamp_backwards == "drop":
-            raise FrameRejected("non_monotonic_stamp", f"stamp {stamp_ns} ns is before the "
-                                f"previous frame's {last} ns; frame skipped "
-                                "(session.on_stamp_backwards: drop)")
-        return stamp_ns, ("restart_stamp_backwards", (
-            f"stream restarted: stamp {stamp_ns} ns is before the previous frame's {last} ns "
-            "(a looped bag or a restarted player?)"))
+    # -- snapshots -------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything the next frame's outcome depends on, as plain data (JSON-able values,
+        numpy arrays, host tensors): each owner's ``state_dict`` (input policy, keyframe
+        policy, segments, the runner's caches) plus the pipeline's own (frame counters,
+        buffered scale-phase frames, trajectory, statistics). Only at a frame boundary:
+        ``SnapshotError`` while a frame is in flight or outcomes wait to be collected
+        (``collect()`` first). The device->host copy is the only wait."""
+        if self._flight is not None:
+            raise SnapshotError("a frame is in flight: collect() it first (a snapshot is "
+                                "taken between frames)")
+        if self._ready:
+            raise SnapshotError(f"{len(self._ready)} outcome(s) not yet collected: collect() "
+                                "them first (a snapshot is taken between frames)")
+        stamps, poses = self.trajectory.snapshot()
+        runner = None
+        if self._runner is not None:
+            state, tensors = self._runner.state_dict()
+            runner = {"state": state, "tensors": tensors}
+        return {
+            "model_hw": None if self._model_hw is None else list(self._model_hw),
+            "next_index": self._next_index, "next_ticket": self._next_ticket,
+            "counts": dict(self._counts), "restarts": dict(self._restarts),
+            "events": [{"kind": e.kind, "message": e.message} for e in self._events],
+            "latency": self._latency.state_dict(),
+            "input": self._input.state_dict(),
+            "policy": self._policy.state_dict(),
+            "segments": self._segments.state_dict(),
+            "trajectory": {"stamps_ns": stamps, "poses": poses},
+            "anchors": [{"image": f.image.detach().cpu().clone(), "stamp_ns": f.stamp_ns,
+                         "crop": {"input_hw": list(f.crop.input_hw),
+                                  "resized_hw": list(f.crop.resized_hw),
+                                  "crop_xy": list(f.crop.crop_xy),
+                                  "output_hw": list(f.crop.output_hw)},
+                         "index": f.index, "ticket": f.ticket} for f in self._anchors],
+            "runner": runner,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the stream of ``state_dict``'s output (of a session of the same model and
+        configuration; its pages go to a fresh pool). Everything is built and checked first;
+        only then is the current stream replaced (on any error it is untouched). A frame in
+        flight and outcomes not collected are dropped."""
+        dev = self.device
+        hw = None if state["model_hw"] is None else tuple(int(x) for x in state["model_hw"])
+        inputs = InputPolicy(self.config)
+        inputs.load_state_dict(state["input"])
+        inputs.exempt_next_gap()  # the downtime before a restore is no scene change
+        policy = make_policy(self.config.keyframes)
+        policy.load_state_dict(state["policy"], dev)
+        segments = Segments(self.config)
+        segments.load_state_dict(state["segments"], dev)
+        latency = LatencyWindow()
+        latency.load_state_dict(state["latency"])
+        trajectory = Trajectory()  # validates stamps and poses before anything is replaced
+        traj = state["trajectory"]
+        for stamp, pose in zip(np.asarray(traj["stamps_ns"]), np.asarray(traj["poses"])):
+            trajectory.append(int(stamp), pose)
+        now = time.perf_counter()
+        anchors = [Frame(torch.as_tensor(a["image"]).to(dev), int(a["stamp_ns"]),
+                         CropInfo(*(tuple(int(x) for x in a["crop"][k]) for k in
+                                    ("input_hw", "resized_hw", "crop_xy", "output_hw"))),
+                         int(a["index"]), int(a["ticket"]), now) for a in state["anchors"]]
+        runner = None
+        if state["runner"] is not None:
+            if hw is None:
+                raise SnapshotError("the state has caches but no model input size")
+            runner = StreamRunner(self.model, self.config, hw, laps=self._laps)
+            runner.load_state_dict(state["runner"]["state"], state["runner"]["tensors"])
+        events = [SessionEvent(e["kind"], e["message"]) for e in state["events"]]
+        # -- swap (nothing below can fail) --
+        if self._take_flight() is not None:
+            self._readback.discard()
+        self._ready = []
+        self._runner, self._model_hw = runner, hw
+        self._input, self._policy, self._segments = inputs, policy, segments
+        self._latency = latency
+        self.trajectory.reset()
+        for stamp, pose in zip(*trajectory.snapshot()):
+            self.trajectory.append(int(stamp), pose)
+        self._anchors = anchors
+        self._next_index = int(state["next_index"])
+        self._next_ticket = max(self._next_ticket, int(state["next_ticket"]))
+        self._counts = Counter({k: int(v) for k, v in state["counts"].items()})
+        self._restarts = Counter({k: int(v) for k, v in state["restarts"].items()})
+        self._events.clear()
+        self._events.extend(events)
+
+    def snapshot_state(self, extra: Optional[dict] = None,
+                       front_end_state: Optional[dict] = None) -> SnapshotData:
+        """The stream's snapshot in host memory (``state_dict`` + manifest), made between
+        frames: the part of ``snapshot`` that waits for the device (its copy to the host).
+        ``write_snapshot(data, path)`` then needs nothing of the session (a thread may run
+        it). ``extra``: a front end's JSON-able additions (``manifest["extra"]``);
+        ``front_end_state``: its own state with arrays (``manifest["front_end_state"]`` of
+        ``restore``)."""
+        return snapshot_data(self.model, self.config, self.state_dict(), extra,
+                             front_end_state)
+
+    def snapshot(self, path, extra: Optional[dict] = None,
+                 front_end_state: Optional[dict] = None) -> tuple:
+        """Write the stream's snapshot to the directory ``path`` (atomically: a temporary
+        directory, fsynced, renamed). Returns (path, bytes). Between frames only
+        (``SnapshotError`` otherwise: ``collect()`` first)."""
+        return write_snapshot(self.snapshot_state(extra, front_end_state), path)
+
+    def restore(self, path) -> dict:
+        """Continue the stream saved at ``path``; returns its manifest. ``SnapshotError``
+        (and the current stream untouched) when the snapshot is unreadable, corrupted
+        (digest, size, missing file), of an unknown version, or made with other weights,
+        another model or stream configuration, input size or precision."""
+        try:
+            manifest, state = read_snapshot(path)
+            check_compatible(manifest, self.model, self.config)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise SnapshotError(f"{path}: the manifest is malformed ({type(exc).__name__}: "
+                                f"{exc})") from exc
+        try:
+            self.load_state_dict(state)
+        except SnapshotError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as exc:
+            raise SnapshotError(f"{path}: the snapshot's state does not load: "
+                                f"{type(exc).__name__}: {exc}") from exc
+        return manifest
+
+    # -- the stream ------------------------------------------------------------------------
+    def _take(self, image: torch.Tensor, stamp_ns: int, crop, t0: float,
+              with_depth: Optional[bool]) -> Frame:
+        """The frame goes in: buffered for the scale phase (run once it is complete), or
+        launched as a streaming step, whose successor is then planned ahead."""
+        self._input.accept(stamp_ns, crop.output_hw)
+        frame = Frame(image, stamp_ns, crop, self._next_index, self._next_ticket, t0)
+        self._next_index += 1
+        self._next_ticket += 1
+        if not self._segments.started:
+            self._anchors.append(frame)
+            if len(self._anchors) == self.config.num_scale_frames:
+                self._run_scale_phase()
+            return frame
+        self._flight = self._launch(frame, with_depth)
+        self._plan_ahead(self._flight)
+        return frame
+
+    def _restart(self, event: SessionEvent) -> None:
+        """The input policy restarts the stream on the current frame; counters go on."""
+        self._clear_stream()
+        self._restarts[event.kind] += 1
+        self._events.append(event)
+
+    def _clear_stream(self) -> None:
+        if self._take_flight() is not None:  # (only a reset gets here with one)
+            self._readback.discard()
+        self._anchors = []
+        self._next_index = 0
+        self._input.reset()
+        self._segments.reset()
+        self._policy.reset()
+        if self._runner is not None:
+            self._runner.reset()
+        self.trajectory.reset()
+        self._latency.clear()
+
+    def _take_flight(self) -> Optional[_Flight]:
+        """The one place the in-flight step is let go (to close it, or on a reset)."""
+        flight, self._flight = self._flight, None
+        return flight
 
     def _preprocess(self, image, encoding: str):
         try:
@@ -399,55 +492,38 @@ class StreamingSession:
         except ValueError as exc:
             raise FrameRejected("bad_image", f"image refused: {exc}") from exc
 
-    def _check_size(self, hw: tuple[int, int]) -> Optional[tuple[str, str]]:
-        """The restart a model input size calls for, or None; FrameRejected while a new size
-        has not yet persisted for ``size_change_frames`` frames."""
-        old = self._model_hw
-        if not self._size_locked or hw == old:
-            self._new_size, self._new_size_frames = None, 0
-            return None
-        need = self.config.size_change_frames
-        self._new_size_frames = self._new_size_frames + 1 if hw == self._new_size else 1
-        self._new_size = hw
-        if self._new_size_frames >= need:
-            return ("restart_size_changed", (
-                f"stream restarted: the model input changed from {old[0]}x{old[1]} to "
-                f"{hw[0]}x{hw[1]} for {need} frame(s) in a row (the camera changed resolution "
-                "or aspect)"))
-        raise FrameRejected("size_changed", f"model input {hw[0]}x{hw[1]} differs from the "
-                            f"stream's {old[0]}x{old[1]} ({self._new_size_frames} of "
-                            f"{need} frame(s): the stream restarts on the new size if it "
-                            "persists)")
-
     def _allocate(self, hw: tuple[int, int]) -> None:
         self._runner = None  # free the old size's GPU memory before allocating the new one
         self._runner = StreamRunner(self.model, self.config, hw, laps=self._laps)
         self._model_hw = hw
 
     # -- the two phases --------------------------------------------------------------------
-    def _run_scale_phase(self) -> list[FrameResult]:
-        frames, self._anchors_pending = self._anchors_pending, []
+    def _run_scale_phase(self) -> None:
+        frames, self._anchors = self._anchors, []
         outputs, txn = self._runner.step(torch.stack([f.image for f in frames]),
                                          StepKind.KEYFRAME)
-        self._readback.start(self._host_tensors(frames, outputs))
+        self._readback.start(host_tensors(frames, outputs, self._segments.align,
+                                          self.config.return_depth))
         host = self._readback.wait()
         # Anchors that gave no usable pose are dropped: the next frames collect new ones.
-        self._check_finite(host, txn, f"anchor frames {frames[0].index}-{frames[-1].index}",
-                           frames)
+        failed = self._check_finite(host, txn, f"anchor frames {frames[0].index}-"
+                                    f"{frames[-1].index}", frames)
+        if failed is not None:
+            self._ready.append(failed)
+            return
         txn.commit()
-        # The world is the first frame's camera exactly: the network's own estimate for
-        # frame 0 is only close to the identity (and arbitrary with random weights).
-        self._align = Sim3.from_matrix(np.linalg.inv(host["c2w"][0].astype(np.float64)))
-        self._streaming = True
-        self._segment_keyframes = len(frames)
-        results = [self._result(f, host, i, True, len(frames)) for i, f in enumerate(frames)]
+        segments = self._segments
+        segments.start(host["c2w"][0], len(frames))
+        results = [frame_result(f, host, i, True, segments.number, segments.align,
+                                time.perf_counter()) for i, f in enumerate(frames)]
         for i, f in enumerate(frames):
-            self._remember_keyframe(f, outputs, i, results[i].c2w)
+            segments.remember(f.image, f.index, results[i].c2w,
+                              outputs.depth[i, ..., 0] if outputs.depth is not None else None)
         # The policy starts fresh: the first streaming frame is a keyframe (the reference's
         # rule for both the fixed interval and the flow mode).
-        return results
+        self._publish(results)
 
-    def _launch_streaming_frame(self, frame: _Pending, with_depth: Optional[bool]) -> _InFlight:
+    def _launch(self, frame: Frame, with_depth: Optional[bool]) -> _Flight:
         # A keyframe known before the forward evicts first; any other frame is speculative
         # and sees the un-evicted window (the reference's deferred eviction).
         known = self._policy.known_before_forward(frame.index)
@@ -455,15 +531,16 @@ class StreamingSession:
         outputs, txn = self._runner.step(frame.image[None], kind,
                                          with_depth=self._needs_depth(with_depth))
         try:
-            self._readback.start(self._host_tensors([frame], outputs))
+            self._readback.start(host_tensors([frame], outputs, self._segments.align,
+                                              self.config.return_depth))
         except Exception:
             txn.rollback()
             raise
         self._laps.lap("readback_start")
-        return _InFlight(frame, outputs, txn, known)
+        return _Flight(frame, outputs, txn, known)
 
-    def _plan_ahead(self, flight: _InFlight) -> None:
-        """While ``flight`` runs on the GPU, plan the next frame's step as it will be if
+    def _plan_ahead(self, flight: _Flight) -> None:
+        """While ``flight`` runs on the GPU, prepare the next frame's step as it will be if
         ``flight`` closes as expected: a keyframe known in advance is committed, any other
         frame rolled back (a flow frame's fate is a guess; a wrong guess, a failure or a
         rollover only means the next step is planned anew, after the wait)."""
@@ -471,21 +548,16 @@ class StreamingSession:
         index = flight.frame.index
         known = self._policy.known_after(index, keyframe, index + 1)
         try:
-            self._runner.forecast_next(keyframe, StepKind.KEYFRAME if known
-                                       else StepKind.SPECULATIVE)
+            self._runner.prepare_next(keyframe, StepKind.KEYFRAME if known
+                                      else StepKind.SPECULATIVE)
         except Exception:  # noqa: BLE001 -- only a head start: the next begin plans anyway
             self._counts["plan_ahead_failed"] += 1
         self._laps.lap("plan_ahead")
 
-    def _finish_in_flight(self) -> None:
-        """Wait for the frame in flight (if any), close its step, queue its outcome."""
-        self._report(self._close_in_flight())
-
-    def _close_in_flight(self) -> Optional[_Closed]:
+    def _close_flight(self) -> Optional[_Closed]:
         """Wait for the frame in flight (if any), check it, decide its fate and close its
-        step: all that the next step depends on. A failed frame's outcome is queued here;
-        a finished one's is built by ``_report``."""
-        flight, self._in_flight = self._in_flight, None
+        step: all that the next step depends on. Its outcome is ``_report``'s."""
+        flight = self._take_flight()
         if flight is None:
             return None
         try:
@@ -495,121 +567,67 @@ class StreamingSession:
             raise
         self._laps.lap("wait")
         frame, outputs, txn = flight.frame, flight.outputs, flight.txn
-        try:
-            self._check_finite(host, txn, f"frame {frame.index}", [frame])
-        except FrameFailed as exc:
-            self._ready.append(exc)
-            return None
+        failed = self._check_finite(host, txn, f"frame {frame.index}", [frame])
+        if failed is not None:
+            return _Closed(frame, None, None, False, False, failed)
         depth = outputs.depth[0, ..., 0] if outputs.depth is not None else None
         keyframe = flight.known if flight.known is not None else self._policy.decide(
             frame.index, depth, outputs.intrinsics[0], outputs.c2w[0])
+        rollover_due = False
         if keyframe:
             txn.commit()
             self._policy.on_keyframe(frame.index, depth, outputs.intrinsics[0], outputs.c2w[0])
-            self._segment_keyframes += 1
+            rollover_due = self._segments.count_keyframe()
         else:
             txn.rollback()
-        rollover_due = keyframe and self._segment_keyframes >= (
-            self.config.rollover_keyframes or 1 << 62)
         self._laps.lap("close")
-        return _Closed(flight, host, keyframe, rollover_due)
+        return _Closed(frame, outputs, host, keyframe, rollover_due)
 
     def _report(self, closed: Optional[_Closed]) -> None:
-        """Queue the result of a closed step (host work only, but for a keyframe's depth
+        """Queue the outcome of a closed step (host work only, but for a keyframe's depth
         kept for the next segment's anchors), then roll the segment over if it is due."""
         if closed is None:
-            return None
-        frame, outputs = closed.flight.frame, closed.flight.outputs
-        result = self._result(frame, closed.host, 0, closed.keyframe, 1)
-        if closed.keyframe:
-            self._remember_keyframe(frame, outputs, 0, result.c2w)
-        self._ready.append(result)
-        if closed.rollover_due:
-            self._rollover()
-        self._laps.lap("report")
-        return None
-
-    def _check_finite(self, host: dict, txn, what: str, frames: list[_Pending]) -> None:
-        """Roll the step back and raise ``FrameFailed`` if a pose is not finite (diverged
-        weights, a bf16 overflow): such a frame must not enter the caches or the trajectory.
-        (Checked on the pose read back for the result: no extra wait.)"""
-        if np.isfinite(host["pose_enc"]).all():
             return
+        if closed.failed is not None:
+            self._ready.append(closed.failed)
+            return
+        frame, outputs, segments = closed.frame, closed.outputs, self._segments
+        result = frame_result(frame, closed.host, 0, closed.keyframe, segments.number,
+                              segments.align, time.perf_counter())
+        if closed.keyframe:
+            segments.remember(frame.image, frame.index, result.c2w,
+                              outputs.depth[0, ..., 0] if outputs.depth is not None else None)
+        self._publish([result])
+        if closed.rollover_due:
+            segments.roll_over(self._runner, self._policy)
+            self._counts["rollovers"] += 1
+        self._laps.lap("report")
+
+    def _publish(self, results: list[FrameResult]) -> None:
+        """The one place results change the session: trajectory, counters, latency, queue."""
+        for result in results:
+            self.trajectory.append(result.stamp_ns, result.c2w)
+            self._counts["processed"] += 1
+            self._counts["keyframes" if result.keyframe else "non_keyframes"] += 1
+        self._latency.add(results[-1].latency_ms)  # a step's last frame
+        self._ready += results
+
+    def _check_finite(self, host: dict, txn, what: str,
+                      frames: list[Frame]) -> Optional[FrameFailed]:
+        """Roll the step back and return its ``FrameFailed`` if a pose is not finite
+        (diverged weights, a bf16 overflow): such a frame must not enter the caches or the
+        trajectory. (Checked on the pose read back for the result: no extra wait.)"""
+        if np.isfinite(host["pose_enc"]).all():
+            return None
         txn.rollback()
         self._counts["failed_non_finite"] += 1
-        raise FrameFailed("non_finite", f"{what}: the model's pose is not finite; the step "
-                                        "was rolled back", [f.stamp_ns for f in frames],
-                          [f.ticket for f in frames])
+        return FrameFailed("non_finite", f"{what}: the model's pose is not finite; the step "
+                                         "was rolled back", [f.stamp_ns for f in frames],
+                           [f.ticket for f in frames])
 
     def _needs_depth(self, wanted: Optional[bool] = None) -> bool:
         """Depth is needed for outputs (``wanted``, else ``config.with_depth``), the flow
         policy, and the next segment's anchors."""
         cfg = self.config
-        near_rollover = (cfg.rollover_keyframes is not None and self._segment_keyframes
-                         >= cfg.rollover_keyframes - cfg.num_scale_frames)
         wanted = cfg.with_depth if wanted is None else wanted and cfg.with_depth
-        return wanted or cfg.keyframes.policy == "flow" or near_rollover
-
-    # -- segment rollover --------------------------------------------------------------------
-    def _remember_keyframe(self, frame: _Pending, outputs, i: int, c2w_world: np.ndarray) -> None:
-        depth = None
-        if outputs.depth is not None:
-            depth = self._align.apply_depth(outputs.depth[i, ..., 0].float())
-        self._recent_keyframes.append(_Keyframe(frame.image, frame.index, c2w_world, depth))
-
-    def _rollover(self) -> None:
-        """Start a new segment on the last anchors and align it to the current one."""
-        anchors = list(self._recent_keyframes)
-        self._runner.reset()
-        self._policy.reset()
-        outputs, txn = self._runner.step(torch.stack([a.image for a in anchors]),
-                                         StepKind.KEYFRAME)
-        txn.commit()
-        last = len(anchors) - 1
-        prev_depths = [a.depth for a in anchors]
-        paired = [i for i, d in enumerate(prev_depths) if d is not None]
-        curr_c2w = outputs.c2w.double().cpu().numpy()
-        self._align = reference_alignment(
-            anchors[last].c2w, curr_c2w[last],
-            torch.stack([prev_depths[i] for i in paired]) if paired else None,
-            outputs.depth[paired, ..., 0].float() if paired else None)
-        self._segment += 1
-        self._segment_keyframes = len(anchors)
-        self._counts["rollovers"] += 1
-        self.rollovers.append(Rollover(self._segment, anchors[last].index, self._align,
-                                       anchors[last].c2w, self._align.apply_c2w(curr_c2w[last])))
-        # The anchors keep their published poses and depths (they are not emitted again);
-        # the policy restarts, so the next frame is the new segment's first keyframe.
-
-    # -- results -----------------------------------------------------------------------------
-    def _host_tensors(self, frames: list[_Pending], outputs) -> dict[str, torch.Tensor]:
-        """What a result needs on the host, still on the device (``HostReadback`` copies it)."""
-        out = {"pose_enc": outputs.pose_enc, "c2w": outputs.c2w, "K": outputs.intrinsics}
-        if self.config.return_depth and outputs.depth is not None:
-            out["depth"] = self._align.apply_depth(outputs.depth[..., 0].float())  # (n, H, W)
-            out["depth_conf"] = outputs.depth_conf.float()
-            images = torch.stack([f.image for f in frames])  # (n, 3, H, W) in [0, 1]
-            out["rgb"] = (images.permute(0, 2, 3, 1) * 255.0).round().byte()  # (n, H, W, 3)
-        return out
-
-    def _result(self, frame: _Pending, host: dict, i: int, keyframe: bool,
-                num_frames: int) -> FrameResult:
-        """Frame ``i`` of a step's outputs read back to the host (``_host_tensors``)."""
-        c2w = self._align.apply_c2w(host["c2w"][i].astype(np.float64))
-        K_model = host["K"][i].astype(np.float64)
-        # copies: ``host`` holds views of the readback buffers, which later frames reuse
-        depth = host["depth"][i].copy() if "depth" in host else None
-        conf = host["depth_conf"][i].copy() if "depth_conf" in host else None
-        rgb = host["rgb"][i].copy() if "rgb" in host else None
-        latency_ms = (time.perf_counter() - frame.t0) * 1e3
-        if i == num_frames - 1:
-            self._latency.add(latency_ms)
-        self._counts["processed"] += 1
-        self._counts["keyframes" if keyframe else "non_keyframes"] += 1
-        self.trajectory.append(frame.stamp_ns, c2w)
-        return FrameResult(index=frame.index, ticket=frame.ticket, stamp_ns=frame.stamp_ns,
-                           keyframe=keyframe,
-                           segment=self._segment, c2w=c2w,
-                           pose_enc=host["pose_enc"][i].astype(np.float32, copy=True),
-                           K=frame.crop.K_to_original(K_model), K_model=K_model, crop=frame.crop,
-                           latency_ms=latency_ms, depth=depth, depth_conf=conf, rgb=rgb)
+        return wanted or cfg.keyframes.policy == "flow" or self._segments.near_rollover()

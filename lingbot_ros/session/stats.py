@@ -44,6 +44,18 @@ class LatencyWindow:
                 "p90": float(p90), "p99": float(p99), "max": float(values.max())}
 
 
+    def state_dict(self) -> dict:
+        """The kept latencies and the count, JSON-able (``load_state_dict`` takes it back)."""
+        with self._lock:
+            return {"values": list(self._values), "count": self.count}
+
+    def load_state_dict(self, state: dict) -> None:
+        with self._lock:
+            self._values.clear()
+            self._values.extend(float(v) for v in state["values"])
+            self.count = int(state["count"])
+
+
 class HostLaps:
     """Host time of the named phases of each frame step (``StreamingSession.time_host``):
     where the time goes that the GPU waits for. Off by default; then a lap is one branch.

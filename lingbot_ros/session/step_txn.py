@@ -3,17 +3,21 @@
 Commit keeps the step's frames in the paged KV cache (aggregator; the deferred window
 eviction runs then) and in the camera-head cache; rollback forgets them in both (a
 non-keyframe): both caches are then exactly as before the step. Used as a context manager it
-rolls back if the body raises or decides nothing. Opened by ``StreamRunner.begin``.
+rolls back if the body raises or decides nothing. Opened by ``StreamRunner.begin``. Misuse (a
+second commit or rollback) raises the caches' ``TransactionError``.
 """
 from __future__ import annotations
 
-from ..cache import CameraCacheTxn, FrameTxn, StepKind
+from ..cache import CameraCacheTxn, FrameTxn, StepKind, TransactionError
 
 
 class StepTxn:
-    def __init__(self, frame_txn: FrameTxn, camera_txn: CameraCacheTxn) -> None:
+    def __init__(self, frame_txn: FrameTxn, camera_txn: CameraCacheTxn,
+                 attention_planned: bool = False) -> None:
         self.frame_txn = frame_txn
         self.camera_txn = camera_txn
+        # the backend that runs the step already holds its attention plan (made ahead)
+        self.attention_planned = attention_planned
         self.state = "pending"
 
     @property
@@ -39,7 +43,7 @@ class StepTxn:
 
     def _finish(self, action: str) -> None:
         if self.state != "pending":
-            raise RuntimeError(f"cannot {action}: this step is already {self.state}")
+            raise TransactionError(f"cannot {action}: this step is already {self.state}")
         self.state = "committed" if action == "commit" else "rolled back"
         try:
             getattr(self.frame_txn, action)()

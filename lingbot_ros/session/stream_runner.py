@@ -11,7 +11,7 @@ stays in ``StreamingSession``.
     txn = runner.begin(1, StepKind.SPECULATIVE)   # both caches; checks first, then mutates
     outputs = runner.run(images, txn)             # StepOutputs; on error txn is rolled back
     txn.commit()                                  # or txn.rollback(): exactly once
-    runner.forecast_next(True, StepKind.KEYFRAME) # pipelined: plan the next step while
+    runner.prepare_next(True, StepKind.KEYFRAME)  # pipelined: plan the next step while
                                                   # this one runs (kept if begin agrees)
     runner.reset()                                # between sequences; allocations kept
     runner.info()                                 # cache counters, backend, fast path
@@ -22,19 +22,29 @@ outputs) attends to the un-evicted window and evicts only if committed.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
 from ..attention import check_backend, choose_backend, make_backend
-from ..cache import CameraKVCache, PagedKVCache, StepForecast, StepKind
+from ..cache import CameraKVCache, PagedKVCache, StepForecast, StepKind, TransactionError
 from ..config import SessionConfig
-from ..model import FusedKernels, StepOutputs
+from ..model import FusedKernels, StepContext, StepOutputs
 from .graph_step import GraphCaptureError, GraphedStep
 from .stats import HostLaps
 from .step_txn import StepTxn
 
 _CACHE_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+@dataclass(frozen=True)
+class _PreparedStep:
+    """The next step as ``prepare_next`` made it: its plan, layout and write rows, and the
+    attention plan made on the backend that will run it (the graph's or the eager one)."""
+
+    forecast: StepForecast
+    graphed: bool
 
 
 def fast_path_of(model, config: SessionConfig) -> tuple[str, str]:
@@ -91,7 +101,7 @@ class StreamRunner:
         self.backend = make_backend(backend_name, self.kv_cache.storage,
                                     variant=config.flashinfer_variant, kv_splits=config.kv_splits,
                                     fused_merge=self.fused.split_merge)
-        self._forecast: Optional[StepForecast] = None  # the next step's, planned ahead
+        self._prepared: Optional[_PreparedStep] = None  # the next step, planned ahead
         self.forecasts_used = 0  # steps that began as forecast (their plan was ready)
         self.graph: Optional[GraphedStep] = None
         self.graph_capture_failures = 0
@@ -144,30 +154,34 @@ class StreamRunner:
         if isinstance(num_frames, int) and num_frames > 1 and committed > 0:
             raise ValueError(f"a step of {num_frames} frames is only allowed on empty caches "
                              f"(phase 1); {committed} frames are committed")
-        forecast, self._forecast = self._forecast, None
-        frame_txn = self.kv_cache.begin(num_frames, kind, forecast)
-        if forecast is not None and frame_txn.layout is forecast.layout:
-            self.forecasts_used += 1
+        prepared, self._prepared = self._prepared, None
+        frame_txn = self.kv_cache.begin(num_frames, kind,
+                                        prepared.forecast if prepared is not None else None)
+        # The attention plan made ahead is this step's when the plan is the forecast one and
+        # it was made on the backend that runs the step.
+        planned = frame_txn.as_forecast and prepared.graphed == self._graphed(
+            num_frames, frame_txn.first_frame)
+        self.forecasts_used += planned
         try:
             camera_txn = self.camera_cache.begin(num_frames)
         except Exception:
             frame_txn.rollback()
             raise
-        return StepTxn(frame_txn, camera_txn)
+        return StepTxn(frame_txn, camera_txn, attention_planned=planned)
 
-    def forecast_next(self, pending_commits: bool, kind: StepKind | str) -> None:
-        """Plan the next single-frame step now, as it will be once the pending step is
+    def prepare_next(self, pending_commits: bool, kind: StepKind | str) -> None:
+        """Prepare the next single-frame step now, as it will be once the pending step is
         committed (``pending_commits``) or rolled back, while that step still runs on the
         GPU: its layout, write rows and attention plan (whose uploads queue behind the
-        running step). ``begin`` keeps them if its plan is the forecast one, else plans
-        anew (a wrong guess costs only the time spent here)."""
-        self._forecast = None
+        running step), made once. ``begin`` keeps them if its plan is the forecast one,
+        else plans anew (a wrong guess costs only the time spent here)."""
+        self._prepared = None
         forecast = self.kv_cache.forecast(pending_commits, 1, StepKind.parse(kind))
         if forecast is None:
             return
-        graphed = self.graph is not None and self.graph.accepts_step(1, forecast.plan.first_frame)
+        graphed = self._graphed(1, forecast.plan.first_frame)
         (self.graph.backend if graphed else self.backend).plan(forecast.layout)
-        self._forecast = forecast
+        self._prepared = _PreparedStep(forecast, graphed)
 
     @torch.no_grad()
     def run(self, images: torch.Tensor, txn: StepTxn, *, with_depth: bool = True,
@@ -181,17 +195,17 @@ class StreamRunner:
         raises ``GraphCaptureError``.
         """
         if txn.state != "pending":
-            raise RuntimeError(f"cannot run: this step is already {txn.state}")
+            raise TransactionError(f"cannot run: this step is already {txn.state}")
         try:
             self._check_images(images, txn)
-            if self.graph is not None and self.graph.accepts(txn):
+            if self._graphed(txn.num_frames, txn.first_frame):
                 out = self._run_graph(images, txn, with_depth)
             else:
                 out = self._run_eager(images, txn, with_depth, with_points)
         except Exception:
             txn.rollback()
             raise
-        return StepOutputs(time_index=txn.first_frame, **out)
+        return StepOutputs(**out)
 
     def step(self, images: torch.Tensor, kind: StepKind | str, *, with_depth: bool = True
              ) -> tuple[StepOutputs, StepTxn]:
@@ -204,14 +218,47 @@ class StreamRunner:
             txn = self.begin(images.shape[0], kind)  # the fast path is off now
             return self.run(images, txn, with_depth=with_depth), txn
 
+    def state_dict(self) -> tuple[dict, dict[str, torch.Tensor]]:
+        """(plain data, host tensors) of both caches between steps (``PagedKVCache`` and
+        ``CameraKVCache.state_dict``): ``kv_patch``, ``kv_special``, ``camera``. The
+        device->host copy is the only wait."""
+        kv_state, kv = self.kv_cache.state_dict()
+        camera_state, camera = self.camera_cache.state_dict()
+        return ({"image_hw": list(self.image_hw), "kv_cache": kv_state,
+                 "camera_cache": camera_state},
+                {"kv_patch": kv["patch"], "kv_special": kv["special"], "camera": camera})
+
+    def load_state_dict(self, state: dict, tensors: dict[str, torch.Tensor]) -> None:
+        """Load ``state_dict``'s output (meant for a fresh runner of the same model, config
+        and size; page ids are remapped). Raises ValueError / ``CacheError`` if it does not
+        fit; both caches are then reset."""
+        if tuple(state["image_hw"]) != self.image_hw:
+            raise ValueError(f"the state is for {state['image_hw']} model inputs, this "
+                             f"runner's for {list(self.image_hw)}")
+        self._prepared = None
+        try:
+            self.kv_cache.load_state_dict(state["kv_cache"], {"patch": tensors["kv_patch"],
+                                                              "special": tensors["kv_special"]})
+            self.camera_cache.load_state_dict(state["camera_cache"], tensors["camera"])
+            if self.kv_cache.frames_committed != self.camera_cache.num_frames:
+                raise ValueError(f"the state's KV cache holds {self.kv_cache.frames_committed} "
+                                 f"frames and its camera cache {self.camera_cache.num_frames}")
+        except Exception:
+            self.reset()
+            raise
+
     def reset(self) -> None:
         """Forget every frame in both caches (an open step is invalidated); allocations and
         captured graphs are kept."""
         self.kv_cache.reset()
         self.camera_cache.reset()
-        self._forecast = None
+        self._prepared = None
 
     # -- internals -------------------------------------------------------------------------
+    def _graphed(self, num_frames: int, first_frame: int) -> bool:
+        """Whether a step of ``num_frames`` from ``first_frame`` is a graph replay."""
+        return self.graph is not None and self.graph.accepts_step(num_frames, first_frame)
+
     def _check_images(self, images: torch.Tensor, txn: StepTxn) -> None:
         n = self.model.check_images(images, self.config.num_scale_frames)
         if n != txn.num_frames:
@@ -225,11 +272,12 @@ class StreamRunner:
         model = self.model
         grid_hw = model.config.patch_grid(self.image_hw)
         rope = model.aggregator.video_rope(txn.first_frame, txn.num_frames, grid_hw)
-        self.backend.plan(txn.frame_txn.layout)  # once per step, for every global layer
+        if not txn.attention_planned:  # once per step, for every global layer
+            self.backend.plan(txn.frame_txn.layout)
         self.laps.lap("plan")
-        out = model(images, txn.first_frame, self.config.num_scale_frames, rope, txn.frame_txn,
-                    txn.camera_txn, self.backend, with_depth=with_depth,
-                    with_points=with_points, fused=self.fused)
+        out = model(images, StepContext(txn.first_frame, self.config.num_scale_frames, rope,
+                                        txn.frame_txn, txn.camera_txn, self.backend,
+                                        self.fused, with_depth, with_points))
         self.laps.lap("model")
         return out
 

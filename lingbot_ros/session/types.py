@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
-from ..preprocess import CropInfo
+if TYPE_CHECKING:  # pragma: no cover -- an annotation only: this module imports no torch
+    from ..preprocess import CropInfo
 
 
 class FrameRejected(ValueError):

@@ -43,6 +43,9 @@ class ReplayOptions:
     settle: float = 0.5  # s between the wait and the first message
     linger: float = 0.5  # s to stay up after the last message, so slow readers can drain
     wait_for_all_acked: float = 0.0  # s to wait, then, for reliable readers' acks; 0 = don't
+    # ROS arguments (``--ros-args ... [--]``, as launch_ros' Node passes them: node name,
+    # namespace, remaps, parameters), handed to rclpy.init unchanged; empty: none.
+    ros_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not (self.rate > 0 and math.isfinite(self.rate)):
@@ -121,7 +124,8 @@ def replay(options: ReplayOptions, stop: threading.Event, warn=print) -> ReplayS
         if reader.message_count == 0:
             raise ReplayError(f"{options.bag} holds no messages", 2)
         context = rclpy.Context()
-        rclpy.init(args=[], context=context, signal_handler_options=SignalHandlerOptions.NO)
+        rclpy.init(args=[PROG, *options.ros_args], context=context,
+                   signal_handler_options=SignalHandlerOptions.NO)
         try:
             node = rclpy.create_node(f"lingbot_ros_replay_{os.getpid()}", context=context,
                                      start_parameter_services=False)

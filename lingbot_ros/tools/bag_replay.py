@@ -12,6 +12,12 @@ recorded topic with its recorded type, paced at the recorded receive times divid
 run with use_sim_time. A topic whose type this ROS install does not know is skipped with a
 warning. SIGINT/SIGTERM stop playback cleanly; a summary is printed either way.
 
+ROS arguments are accepted, so the tool runs as a launch_ros ``Node``:
+``lingbot-ros-replay BAG --rate 2 --ros-args -r __node:=player -r /camera/image_raw:=/cam``.
+Everything from ``--ros-args`` to ``--`` (or the end) goes to rclpy: node name and namespace,
+and topic remaps (recorded topics are absolute, so remap absolute names); the other arguments
+are this tool's.
+
 Exit status: 0 played (or stopped by a signal); 2 bad arguments, an unreadable or empty bag,
 or no playable topic; 3 not enough subscribers before --wait-timeout. See docs/ros.md.
 """
@@ -23,6 +29,8 @@ import sys
 import threading
 from pathlib import Path
 from typing import Optional, Sequence
+
+from rclpy.utilities import remove_ros_args
 
 from .bag_player import PROG, QOS_CHOICES, ReplayError, ReplayOptions, replay
 
@@ -58,7 +66,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> ReplayOptions:
     parser.add_argument("--wait-for-all-acked", type=float, default=0.0, metavar="S",
                         help="then wait up to S for every reliable subscriber to acknowledge "
                              "(Fast DDS acks take ~2 s; default: don't)")
-    args = parser.parse_args(argv)
+    own, ros_args = split_ros_args(sys.argv[1:] if argv is None else argv)
+    if ros_args:
+        try:  # rcl's own parser checks them (rclpy.init would fail later, mid-setup)
+            remove_ros_args([PROG, *ros_args])
+        except Exception as err:  # noqa: BLE001 -- rclpy's RCLError: malformed ROS arguments
+            parser.error(f"bad ROS arguments: {str(err).splitlines()[0]}")
+    args = parser.parse_args(own)
     remaps = []
     for item in args.remap:
         old, sep, new = item.partition(":=")
@@ -71,9 +85,33 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> ReplayOptions:
                              topics=tuple(_absolute(t) for t in args.topics), qos=args.qos,
                              depth=args.depth, wait_for_subscribers=args.wait_for_subscribers,
                              wait_timeout=args.wait_timeout, settle=args.settle,
-                             linger=args.linger, wait_for_all_acked=args.wait_for_all_acked)
+                             linger=args.linger, wait_for_all_acked=args.wait_for_all_acked,
+                             ros_args=ros_args)
     except ValueError as err:
         parser.error(str(err))
+
+
+def split_ros_args(argv: Sequence[str]) -> tuple[list[str], tuple[str, ...]]:
+    """``(our arguments, ROS arguments)``: every ``--ros-args ... [--]`` section goes to ROS.
+
+    rclpy's remove_ros_args is not used to split: it also takes ROS 1 style ``from:=to``
+    words outside any section (deprecated rcl syntax), which are our own ``--remap`` values.
+    """
+    own: list[str] = []
+    ros: list[str] = []
+    in_ros = False
+    for arg in argv:
+        if arg == "--ros-args":
+            in_ros = True
+            ros.append(arg)
+        elif in_ros and arg == "--":
+            in_ros = False
+            ros.append(arg)
+        elif in_ros:
+            ros.append(arg)
+        else:
+            own.append(arg)
+    return own, tuple(ros)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -14,6 +14,7 @@ ROS 1 bags), imported lazily; compressed images are decoded with OpenCV.
 """
 from __future__ import annotations
 
+from collections import deque
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -21,8 +22,13 @@ import numpy as np
 
 from ..image_decode import ImageRejected, decode_image
 from .frame import Frame, FrameSource, PathLike, SkippedFrame, check_container, decode_bytes
+from .depth_stream import DepthReading, DepthStream
 
-__all__ = ["BagSource", "list_image_topics", "image_from_msg", "image_from_compressed"]
+__all__ = ["BagSource", "BagDepthStream", "DEFAULT_DEPTH_TOPIC", "is_depth_topic",
+           "list_image_topics", "image_from_msg", "image_from_compressed", "depth_from_msg"]
+
+# Where a RealSense (and the synthetic bags) put the depth registered to the colour image.
+DEFAULT_DEPTH_TOPIC = "/camera/aligned_depth_to_color/image_raw"
 
 IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage",
                "sensor_msgs/Image", "sensor_msgs/CompressedImage")  # rosbag2, ROS 1
@@ -53,6 +59,36 @@ def image_from_compressed(msg) -> tuple[np.ndarray, str]:
     return decode_bytes(data, f"CompressedImage ({fmt!r})")
 
 
+def is_depth_topic(topic: str) -> bool:
+    """A topic named as a depth image (``.../depth/...``, ``aligned_depth...``): never picked
+    as *the* camera image when a bag has one colour topic beside it."""
+    return "depth" in topic.lower()
+
+
+def depth_from_msg(msg) -> tuple[np.ndarray, str]:
+    """A deserialized depth ``sensor_msgs/Image`` -> ((H, W) array, encoding): 16UC1/mono16
+    (millimetres, by :func:`lingbot_ros.image_decode.decode_image`) or 32FC1 (metres).
+    SkippedFrame(reason) for another encoding or a malformed message."""
+    enc = str(msg.encoding)
+    if enc.upper() == "32FC1":
+        h, w, step = int(msg.height), int(msg.width), int(msg.step)
+        if h == 0 or w == 0:
+            raise SkippedFrame("zero_size", "depth image of size 0")
+        if step < 4 * w or step % 4:
+            raise SkippedFrame("bad_step", f"32FC1 step {step} for width {w}")
+        data = np.asarray(msg.data, dtype=np.uint8).reshape(-1)
+        if data.size < step * h:
+            raise SkippedFrame("truncated", f"{data.size} bytes for {h} rows of {step}")
+        dtype = np.dtype(">f4" if msg.is_bigendian else "<f4")
+        img = np.frombuffer(data[:step * h].tobytes(), dtype).reshape(h, step // 4)[:, :w]
+        return img.astype(np.float32), "32FC1"
+    if enc not in ("16UC1", "mono16"):
+        raise SkippedFrame("unknown_encoding", f"depth encoding {enc!r} (16UC1, mono16 or "
+                                               "32FC1 expected)")
+    img, enc = image_from_msg(msg)
+    return (img[:, :, 0] if img.ndim == 3 else img), enc
+
+
 def _reader(path: Path):
     from rosbags.highlevel import AnyReader
     from rosbags.typesys import Stores, get_typestore
@@ -80,7 +116,8 @@ def _image_topics(path: Path) -> dict[str, tuple[str, int]]:
 class BagSource(FrameSource):
     """Images from one topic of a bag (rosbag2 sqlite3/mcap directory or file, or ROS 1).
 
-    ``topic=None`` picks the only image topic (an error lists them if there are several).
+    ``topic=None`` picks the only image topic whose name does not say ``depth`` (an error
+    lists them if there are several).
     Stamps: ``stamps='header'`` (the message's ``header.stamp``, default) or ``'bag'`` (the
     record time). Undeserializable messages count as ``corrupt``.
     """
@@ -95,10 +132,12 @@ class BagSource(FrameSource):
         indexed = _image_topics(self.path)
         topics = {t: m for t, (m, _) in indexed.items()}
         if topic is None:
-            if len(topics) != 1:
-                raise ValueError(f"bag {self.path} has {len(topics)} image topics; choose one "
-                                 f"with topic=: {self._describe(topics)}")
-            topic = next(iter(topics))
+            camera = {t: m for t, m in topics.items() if not is_depth_topic(t)}
+            if len(camera) != 1:
+                raise ValueError(f"bag {self.path} has {len(camera)} image topics (besides "
+                                 f"depth ones); choose one with topic=: "
+                                 f"{self._describe(topics)}")
+            topic = next(iter(camera))
         elif topic not in topics:
             raise ValueError(f"bag {self.path} has no image topic {topic!r}; image topics: "
                              f"{self._describe(topics)}")
@@ -139,3 +178,57 @@ class BagSource(FrameSource):
                 frame = self._emit(stamp, img, enc, where)
                 if frame is not None:
                     yield frame
+
+
+class BagDepthStream(DepthStream):
+    """The depth images of one topic of a bag (16UC1/mono16 mm or 32FC1 m), read lazily
+    beside the colour frames: ``nearest(stamp_ns)`` for non-decreasing stamps (the order the
+    frames come in) reads ahead only until the first depth image after ``stamp_ns``. Stamps:
+    the message headers. Bad messages are skipped and counted in ``stats``."""
+
+    def __init__(self, path: PathLike, topic: str) -> None:
+        super().__init__()
+        self.path = Path(path)
+        topics = _image_topics(self.path)
+        if topic not in topics or topics[topic][0].endswith("CompressedImage"):
+            listed = BagSource._describe({t: m for t, (m, _) in topics.items()})
+            raise ValueError(f"bag {self.path} has no depth Image topic {topic!r}; image "
+                             f"topics: {listed}")
+        self.topic = topic
+        self.message_count = topics[topic][1]
+        self.description = f"depth topic {topic} ({self.message_count} messages)"
+        self._messages: Optional[Iterator[DepthReading]] = None
+        self._ahead: deque = deque()
+        self._done = False
+
+    def _read(self) -> Iterator[DepthReading]:
+        with _reader(self.path) as reader:
+            conns = [c for c in reader.connections if c.topic == self.topic]
+            for n, (conn, t_bag, raw) in enumerate(reader.messages(connections=conns)):
+                try:
+                    try:
+                        msg = reader.deserialize(raw, conn.msgtype)
+                    except Exception as err:  # rosbags raises several types on bad CDR
+                        raise SkippedFrame("corrupt", f"cannot deserialize: "
+                                                      f"{type(err).__name__}: {err}") from None
+                    img, enc = depth_from_msg(msg)
+                except SkippedFrame as skip:
+                    self.skip(skip.reason, f"{self.topic} message {n} (t={t_bag}): {skip}")
+                    continue
+                st = msg.header.stamp
+                yield DepthReading(int(st.sec) * 1_000_000_000 + int(st.nanosec), img, enc)
+
+    def nearest(self, stamp_ns: int) -> Optional[DepthReading]:
+        if self._messages is None:
+            self._messages = self._read()
+        stamp_ns = int(stamp_ns)
+        while not self._done and (not self._ahead or self._ahead[-1].stamp_ns <= stamp_ns):
+            try:
+                self._ahead.append(next(self._messages))
+            except StopIteration:
+                self._done = True
+        while len(self._ahead) >= 2 and self._ahead[1].stamp_ns <= stamp_ns:
+            self._ahead.popleft()  # keep the last one before stamp_ns and those after
+        if not self._ahead:
+            return None
+        return min(self._ahead, key=lambda r: abs(r.stamp_ns - stamp_ns))

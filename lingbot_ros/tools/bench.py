@@ -193,6 +193,7 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
             time.sleep(0.0002)
         # Pipelined: frame i is queued behind frame i-1, whose outcome is then collected
         # (a node with a backlog, a bag replay); else one synchronous push per frame.
+        handed_in_s = time.perf_counter() - start  # frame i's hand-in, since the start
         session.submit(images[i % len(images)], 1_000 + i * 33_333_333)
         take(session.collect(wait=not pipeline))
         times.append((time.perf_counter() - t0) * 1e3)
@@ -232,6 +233,8 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
         "gpu_replay_ms": {"p50": _percentile(replay_ms, 50), "p99": _percentile(replay_ms, 99),
                           "replays": len(replay_ms)} if replay_ms else None,
         "fps_overall": 1e3 * len(streaming) / sum(streaming),
+        # the last frame's hand-in, from the start: at least (frames - 1) / rate when paced
+        "last_hand_in_s": handed_in_s,
         "fps_first_10pct": 1e3 * tenth / sum(streaming[:tenth]),
         "fps_last_10pct": 1e3 * tenth / sum(streaming[-tenth:]),
         "fps_per_1000_frames": [round(1e3 * len(b) / sum(b), 2) for b in blocks],
@@ -330,10 +333,23 @@ def main(argv=None) -> int:
                    help="comma list of configs whose keyframe policy the parity check runs")
     p.add_argument("--profile", nargs="?", const="all", default="",
                    help="GPU time by kernel family and by stage: every config, or a comma list")
+    p.add_argument("--snapshot", type=int, default=0, metavar="N",
+                   help="instead of the speed runs: the cost of a stream snapshot after N "
+                   "frames (size, blocked, write and restore time; bench_snapshot.py)")
+    p.add_argument("--snapshot-window", type=int, default=4, help="--snapshot's window")
+    p.add_argument("--snapshot-repeats", type=int, default=3, help="--snapshot's repeats")
     p.add_argument("--out", default="bench.json")
     args = p.parse_args(argv)
     args.backend = args.backend or ("flashinfer" if args.device.startswith("cuda")
                                     else "torch_ref")
+    if args.snapshot:  # the snapshot's cost only
+        from .bench_snapshot import run_snapshot
+        r = run_snapshot(_model(args, 4, args.device), args, args.device)
+        print("snapshot: " + json.dumps(r), flush=True)
+        with open(args.out, "w") as f:
+            json.dump({"preset": args.preset, "torch": torch.__version__, "snapshot": r}, f,
+                      indent=2)
+        return 0
     runs = []
     items = []
     for item in (c.strip() for c in args.configs.split(",") if c.strip()):

@@ -2,8 +2,9 @@
 
 1. Bookkeeping per frame step at the released geometry (page 972 = 378x504, 8 scale + 64
    window frames), steady state, keyframes and rolled-back non-keyframes alternating: the
-   pure-Python page table alone, and the whole ``PagedKVCache.begin`` (layout and write-slot
-   tensors) + commit/rollback.
+   pure-Python page table alone, its forecast of the next step while one is pending (the
+   pipelined session's plan-ahead), and the whole ``PagedKVCache.begin`` (layout and
+   write-slot tensors) + commit/rollback.
 2. On a CUDA machine: one global-attention call per layer (978 queries = 972 patches + 6
    specials, 16 heads x 64, bf16) at full window, for FlashInfer fa2, fa3 (also split-KV in
    2-4 parts) and torch_ref, with a short and a long trajectory memory; and, as the bound a
@@ -61,6 +62,11 @@ def bench_bookkeeping(repeat: int) -> dict:
 
         key = "unbounded" if bound is None else f"max_special_frames_{bound}"
         out[f"page_table_step_us_{key}"] = _median_us(step, repeat)
+        # The plan-ahead of a pipelined step: the next plan, forecast while a step is pending.
+        table.begin(1)
+        out[f"page_table_forecast_us_{key}"] = _median_us(lambda: table.forecast(True, 1),
+                                                          repeat)
+        table.rollback(table.generation)
     # The whole begin (layout + write-slot tensors) on a storage with one tiny layer: the
     # bookkeeping does not depend on layers, heads or head_dim.
     cache = PagedKVCache(CacheConfig(num_layers=1, num_heads=1, head_dim=1,
@@ -83,9 +89,9 @@ def bench_attention(frames: int, repeat: int) -> dict:
                       **GEOMETRY)
     cache = PagedKVCache(cfg)
     kv = torch.randn(cfg.tokens_per_frame, 16, 64, device="cuda", dtype=torch.bfloat16)
-    cache.begin(8)
-    cache.pending.write(0, torch.cat([kv] * 8), torch.cat([kv] * 8))
-    cache.pending.commit()
+    anchors = cache.begin(8)
+    anchors.write(0, torch.cat([kv] * 8), torch.cat([kv] * 8))
+    anchors.commit()
     while cache.frames_committed < frames - 1:
         txn = cache.begin(1)
         txn.write(0, kv, kv)

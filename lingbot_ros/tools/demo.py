@@ -27,6 +27,8 @@ def main(argv=None) -> int:
     p.add_argument("--frames", type=int, default=60, help="frames to render (default 60)")
     p.add_argument("--out", default="demo_out", help="output folder (default demo_out)")
     p.add_argument("--checkpoint", help="LingBot-Map weights; default: random tiny network")
+    p.add_argument("--trust-checkpoint", action="store_true",
+                   help="allow full unpickling of the checkpoint (only for a trusted file)")
     p.add_argument("--device", default="cpu")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -40,6 +42,7 @@ def main(argv=None) -> int:
                 "--device", args.device, "--no-progress"]
     if args.checkpoint:
         run_args += ["--checkpoint", args.checkpoint]
+        run_args += ["--trust-checkpoint"] if args.trust_checkpoint else []
     else:  # the tiny network at a small input: 84x112 = 6x8 patches per frame
         run_args += ["--width", "112", "--scale-frames", "4", "--window", "16",
                      "--rollover", "24", "--keyframes", "every_n", "--keyframe-n", "2"]

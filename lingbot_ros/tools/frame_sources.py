@@ -28,6 +28,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
+from ..geometry import parse_stamp
 from .bag_source import BagSource
 from .frame import (SKIP_REASONS, Frame, FrameSource, PathLike, SkippedFrame, SourceStats,
                     check_container, cv_encoding, decode_bytes, require_cv2)
@@ -65,10 +66,9 @@ def name_stamp_kind(stems) -> Optional[str]:
 def stamp_from_name(stem: str) -> int:
     """A file stem read as a time -> integer nanoseconds, exactly: an integer of 16 digits or
     more is nanoseconds (EuRoC), anything else is seconds in decimal (TUM RGB-D; read by
-    :func:`lingbot_ros.session.poses.parse_stamp`). ValueError when it is neither."""
+    :func:`lingbot_ros.geometry.parse_stamp`). ValueError when it is neither."""
     if _NANOSECONDS_NAME.fullmatch(stem):
         return int(stem)
-    from ..session.poses import parse_stamp  # the session package imports torch: lazily
     return parse_stamp(stem)
 
 

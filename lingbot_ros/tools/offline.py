@@ -9,9 +9,17 @@ CompressedImage). Writes ``trajectory.tum`` (evo-readable; the first camera's op
 as world, named in its header), ``summary.json`` (settings, version, checkpoint hash, stamp
 range, evaluation), with ground truth (the dataset's, or ``--gt``) ``groundtruth.tum`` (the
 same camera, TUM) and ATE/RPE as evo computes them, and optionally ``points.ply``
-(keyframe depth, confidence-filtered) and ``trajectory.png`` (aligned over the ground
+(keyframe depth, confidence-filtered, one point per voxel: the node's map, finer and larger)
+and ``trajectory.png`` (aligned over the ground
 truth). Without ``--checkpoint`` the network has random weights and the poses mean nothing
 (it says so). Bad frames are skipped, counted and reported; the run never stops on one.
+
+Units: the model's are arbitrary (monocular). ``--scale fixed:K|depth|camera_height[:H]``
+(:mod:`lingbot_ros.tools.offline_scale`) estimates metres per model unit over the run and
+converts the trajectory, the points and the evaluation once, at write time, with the final
+estimate (the summary then also has the SE(3) ATE in metres). Every file states its units,
+the scale source and the value in its header; a scale that never locks leaves the files in
+model units, and they and the summary say so.
 """
 from __future__ import annotations
 
@@ -29,9 +37,13 @@ import numpy as np
 from .. import __version__
 from ..config import (ATTENTION_BACKENDS, FLASHINFER_VARIANTS, HEAD_PRECISIONS,
                       KEYFRAME_POLICIES, KeyframeConfig, PreprocessConfig, SessionConfig)
-from ..session import (PRESETS, FrameRejected, PointAccumulator, StreamingSession,
-                       frame_points, load_session_model, read_tum, write_tum, write_ply)
+from ..geometry import VoxelMap, frame_points, read_tum, write_ply, write_tum
+from ..scale import ScaleConfig
+from ..session import PRESETS, FrameRejected, StreamingSession, load_session_model
 from .datasets import FORMATS, open_dataset
+from .offline_snapshot import OfflineSnapshots, add_snapshot_args
+from .offline_scale import (OfflineScale, add_scale_args, parse_scale, parse_scale_params,
+                            scale_config)
 from .trajectory_eval import evaluate
 
 log = logging.getLogger("lingbot_ros.offline")
@@ -39,6 +51,9 @@ RANDOM_WEIGHTS_NOTICE = (
     "*** NO CHECKPOINT: the network has RANDOM weights; poses, depth and points are NOT "
     "meaningful. Pass --checkpoint lingbot-map.pt for real estimates. ***")
 GT_FRAME = "the dataset's camera (the images read) in the dataset's world"
+GT_UNITS = ["units: the dataset's (metres for TUM RGB-D, EuRoC, KITTI, 7-Scenes)"]
+TRAJECTORY_FRAME = ("camera_optical (x right, y down, z forward) in world = the first "
+                    "frame's camera_optical")
 
 
 def add_input_args(p: argparse.ArgumentParser) -> None:
@@ -69,6 +84,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     """The network and the streaming session (shared with lingbot-ros-eval)."""
     p.add_argument("--checkpoint", help="LingBot-Map weights (.pt or .safetensors); without "
                    "it, random weights")
+    p.add_argument("--trust-checkpoint", action="store_true",
+                   help="allow full unpickling of a .pt that the safe loader refuses (runs "
+                   "code from the file: only for a trusted file; better convert it once with "
+                   "lingbot-ros-convert-checkpoint)")
     p.add_argument("--preset", choices=PRESETS, default="tiny",
                    help="network size without a checkpoint")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
@@ -107,21 +126,31 @@ def parse_args(argv):
                    help="keyframe policy")
     p.add_argument("--ply", action="store_true", help="write points.ply from keyframe depth")
     p.add_argument("--ply-stride", type=int, default=4, help="pixel stride for points")
+    p.add_argument("--ply-voxel", type=float, default=0.005, help="points.ply keeps one point "
+                   "per voxel of this edge (model units), the first one seen: finer than the "
+                   "points of one keyframe, so it drops mostly re-observations")
+    p.add_argument("--ply-max-points", type=int, default=2_000_000, help="points.ply's bound: "
+                   "beyond it the voxel edge doubles (the map coarsens, it forgets no place)")
     p.add_argument("--min-conf", type=float, default=1.5, help="depth confidence threshold")
     p.add_argument("--plot", action="store_true", help="write trajectory.png: the estimate "
-                   "Sim(3)-aligned over the ground truth (top and side views), the ATE over "
+                   "Sim(3)-aligned over the ground truth (SE(3)-aligned, the scale kept, "
+                   "with a locked metric --scale) (top and side views), the ATE over "
                    "time, keyframes marked (needs matplotlib)")
+    add_scale_args(p)
+    add_snapshot_args(p)
     return p.parse_args(argv)
 
 
-def session_config(args) -> SessionConfig:
+def session_config(args, return_depth: Optional[bool] = None) -> SessionConfig:
+    """``return_depth``: the results carry the predicted depth (default: for ``--ply``)."""
     return SessionConfig(
         num_scale_frames=args.scale_frames, window=args.window,
         rollover_keyframes=args.rollover or None,
         keyframes=KeyframeConfig(policy=args.keyframes, n=args.keyframe_n,
                                  flow_threshold=args.flow_threshold, max_gap=args.max_gap),
         preprocess=PreprocessConfig(width=args.width, height=args.height),
-        with_depth=True, return_depth=getattr(args, "ply", False),
+        with_depth=True,
+        return_depth=getattr(args, "ply", False) if return_depth is None else return_depth,
         attention_backend=args.backend, flashinfer_variant=args.variant, device=args.device)
 
 
@@ -132,13 +161,25 @@ def check_before_run(args) -> None:
         require_matplotlib()
     if args.gt and not Path(args.gt).is_file():
         raise FileNotFoundError(f"--gt {args.gt} does not exist")
+    choice = parse_scale(getattr(args, "scale", "none") or "none")
+    ScaleConfig(source=choice.source, factor=choice.factor or 1.0,  # checks the values
+                **parse_scale_params(getattr(args, "scale_param", None)))
+
+
+def point_map(args) -> Optional[VoxelMap]:
+    """The accumulator of ``points.ply`` (with ``--ply``): the node's bounded voxel map, with a
+    finer voxel and a larger bound by default. ValueError for a bad voxel edge or bound."""
+    if not getattr(args, "ply", False):
+        return None
+    return VoxelMap(args.ply_voxel, args.ply_max_points)
 
 
 def load_model(args):
     """``(model, random_weights)`` for ``args`` (one load can serve several runs)."""
     model, random_weights = load_session_model(
         session_config(args), args.preset, args.checkpoint,
-        camera_head_precision=args.camera_head_precision)
+        camera_head_precision=args.camera_head_precision,
+        trust_pickle=getattr(args, "trust_checkpoint", False))
     if random_weights:
         log.warning(RANDOM_WEIGHTS_NOTICE)
     return model, random_weights
@@ -166,33 +207,39 @@ def run(args, model=None) -> dict:
     """One sequence through a fresh session; writes the outputs and returns the summary.
     ``model``: ``(model, random_weights)`` from :func:`load_model` (else loaded here)."""
     check_before_run(args)
-    config = session_config(args)
-    dataset = open_dataset(args.input, args.format, args.stamps, args.fps, args.topic)
+    points = point_map(args)
+    dataset = open_dataset(args.input, args.format, args.stamps, args.fps, args.topic,
+                           depth_topic=getattr(args, "depth_topic", None))
     log.info("%s", dataset.description)
+    scale = OfflineScale(scale_config(args, dataset), dataset.depth, args.min_conf)
+    config = session_config(args, getattr(args, "ply", False) or scale.needs_depth)
     source = dataset.source
     model, random_weights = model or load_model(args)
     session = StreamingSession(model, config)
+    snaps = OfflineSnapshots(args, session, points, scale)  # --resume, --save-session
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    points = PointAccumulator() if getattr(args, "ply", False) else None
     total = source_total(source)
     if args.max_frames is not None:
         total = min(total, args.max_frames) if total is not None else args.max_frames
     bar = _progress(total, args.no_progress, Path(args.input).name)
     peak = {"bytes_reserved": 0, "tokens_visible": 0}
-    keyframe_flags: list[bool] = []
+    keyframe_flags: list[bool] = snaps.keyframe_flags
     t0 = time.perf_counter()
     frames_read = 0
     for frame in source:
         if args.max_frames is not None and frames_read >= args.max_frames:
             break
         frames_read += 1
+        if snaps.skip(frames_read, frame):
+            continue
         try:
             results = session.push(frame.image, frame.stamp_ns, frame.encoding)
         except FrameRejected as exc:
             log.warning("frame at %d ns skipped: %s", frame.stamp_ns, exc)
             results = []
         for r in results:
+            scale.feed(r)
             keyframe_flags.append(r.keyframe)
             if points is not None and r.keyframe:
                 points.add(*frame_points(r, args.ply_stride, args.min_conf))
@@ -202,6 +249,8 @@ def run(args, model=None) -> dict:
                 peak[key] = max(peak[key], cache[key])
         if bar is not None:
             bar.update(1)
+        snaps.after_frame(frames_read, frame, keyframe_flags)
+    snaps.finish(frames_read, keyframe_flags)
     wall = time.perf_counter() - t0
     if bar is not None:
         bar.close()
@@ -224,22 +273,39 @@ def run(args, model=None) -> dict:
         "fps": info["frames_processed"] / wall if wall > 0 else None, "wall_s": wall,
         "latency_ms": info["latency_ms"], "cache_peak": peak,
         "stamps": stamp_range(stamps), "trajectory_frame": "camera_optical in world = the "
-        "first frame's camera_optical (OpenCV axes); monocular scale",
-        "outputs": {},
+        f"first frame's camera_optical (OpenCV axes); {scale.units}",
+        "scale": scale.summary(), "outputs": {}, "snapshot": snaps.summary(),
     }
-    summary["outputs"]["trajectory"] = str(session.trajectory.save_tum(out / "trajectory.tum"))
+    # Converted once, here, with the final estimate (all frames, also those before the lock).
+    header = scale.header_lines()
+    if scale.config.metric and scale.factor is None:
+        log.warning("%s", summary["scale"]["note"])
+    elif scale.factor is not None:
+        log.info("%s", header[1])
+    poses = scale.poses(poses)
+    summary["outputs"]["trajectory"] = str(write_tum(out / "trajectory.tum", stamps, poses,
+                                                     frame=TRAJECTORY_FRAME, header=header))
     gt = _ground_truth(args, dataset)
+    metric = scale.factor is not None
     if gt is not None:
         summary["outputs"]["ground_truth"] = str(write_tum(out / "groundtruth.tum", *gt,
-                                                           frame=GT_FRAME))
+                                                           frame=GT_FRAME, header=GT_UNITS))
         summary["evaluation"] = evaluate(stamps, poses, gt[0], gt[1],
                                          max_diff_ns=round(args.max_diff * 1e9),
-                                         offset_ns=round(args.offset * 1e9))
+                                         offset_ns=round(args.offset * 1e9), metric=metric)
     if points is not None:
         xyz, rgb = points.arrays()
-        write_ply(out / "points.ply", xyz, rgb)
+        xyz = scale.points(xyz)
+        write_ply(out / "points.ply", xyz, rgb, comments=header)
         summary["outputs"]["points"] = str(out / "points.ply")
         summary["num_points"] = int(len(xyz))
+        summary["point_map"] = {"units": scale.units,
+                                "voxel_size": scale.length(points.voxel_size),
+                                "initial_voxel_size": scale.length(points.initial_voxel_size),
+                                "coarsenings": points.coarsenings,
+                                "max_points": points.max_points,
+                                "dropped_nonfinite": points.dropped_nonfinite,
+                                "dropped_out_of_range": points.dropped_out_of_range}
     if getattr(args, "plot", False):
         from .plot import plot_evaluation
         plot_evaluation(out / "trajectory.png", stamps, poses,
@@ -248,8 +314,10 @@ def run(args, model=None) -> dict:
                         title=Path(args.input).name + (" (random weights)" if random_weights
                                                        else ""),
                         max_diff_ns=round(args.max_diff * 1e9),
-                        offset_ns=round(args.offset * 1e9))
+                        offset_ns=round(args.offset * 1e9),
+                        align="se3" if metric else "sim3", units=scale.units)
         summary["outputs"]["plot"] = str(out / "trajectory.png")
+        summary["plot_alignment"] = "se3" if metric else "sim3"
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     return summary
 
@@ -286,7 +354,9 @@ def settings_of(args, config: SessionConfig, info: dict) -> dict:
             "fused_kernels": info["fused_kernels"],
             "fused_kernel_names": info.get("fused_kernel_names", []),
             "camera_head_precision": args.camera_head_precision, "max_diff_s": args.max_diff,
-            "offset_s": args.offset}
+            "offset_s": args.offset, "scale": getattr(args, "scale", "none"),
+            "scale_params": list(getattr(args, "scale_param", None) or []),
+            "depth_topic": getattr(args, "depth_topic", None)}
 
 
 def stamp_range(stamps: np.ndarray) -> dict:
@@ -306,6 +376,8 @@ def main(argv=None) -> int:
         return 2
     print(json.dumps({k: summary[k] for k in ("frames_read", "frames_processed", "keyframes",
                                              "rollovers", "fps", "outputs")}, default=str))
+    print(json.dumps({"scale": {k: summary["scale"][k] for k in
+                                ("source", "state", "units", "metres_per_unit", "samples")}}))
     evaluation = summary.get("evaluation")
     if evaluation is not None:
         print(json.dumps({"evaluation": evaluation}, default=str))

@@ -1,5 +1,7 @@
 """Trajectory plots (PNG) that read like an evaluation: the estimate Sim(3)-aligned onto the
-ground truth in a top and a side view, and the ATE over time.
+ground truth in a top and a side view, and the ATE over time. An estimate in metres (a locked
+metric scale) is drawn SE(3)-aligned instead (``align='se3'``: the scale is kept); the legend,
+the ATE panel and the heading name the alignment drawn.
 
 matplotlib is optional (``pip install matplotlib``, setup.py's ``viz`` extra) and imported only
 when a plot is drawn, with the Agg backend (files only, no display); call
@@ -29,7 +31,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..session.sim3 import Sim3
+from ..geometry import Sim3
 from .trajectory_eval import DEFAULT_MAX_DIFF_NS, align_positions, associate
 
 __all__ = ["require_matplotlib", "plot_evaluation", "plot_data", "PlotData", "View",
@@ -90,6 +92,15 @@ class PlotData:
     side: View
     keyframes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     note: str = ""
+    align: str = "sim3"  # the alignment drawn: sim3 | se3 | none (trajectory_eval.ALIGNMENTS)
+    units: str = ""  # the estimate's own units without ground truth ("m", "model units")
+
+    @property
+    def alignment_label(self) -> str:
+        """Which alignment the drawing shows, in words."""
+        return {"sim3": "Sim(3)-aligned, scale fitted",
+                "se3": "SE(3)-aligned, metric scale kept",
+                "none": "not aligned"}.get(self.align, self.align)
 
     @property
     def top_est(self) -> np.ndarray:
@@ -176,13 +187,16 @@ def _keyframe_indices(mask, n: int) -> np.ndarray:
 
 def plot_data(est_stamps, est_poses, gt_stamps=None, gt_poses=None, keyframe_mask=None,
               max_diff_ns: int = DEFAULT_MAX_DIFF_NS, offset_ns: int = 0,
-              align: str = "sim3") -> PlotData:
+              align: str = "sim3", units: str = "model units") -> PlotData:
     """Everything :func:`plot_evaluation` draws, without matplotlib.
 
     With ground truth, the association (:func:`~.trajectory_eval.associate`) and the alignment
     of the associated positions (:func:`~.trajectory_eval.align_positions`, Sim(3) by default)
     are applied to *all* estimated centres, so the drawn estimate is the aligned one. Fewer than
-    3 associated poses (or a degenerate fit): the estimate alone, with a ``note`` saying why."""
+    3 associated poses (or a degenerate fit): the estimate alone, with a ``note`` saying why.
+    ``align``: 'sim3' (a monocular estimate: the scale is fitted) or 'se3' (an estimate in
+    metres: the scale is kept, so the drawing shows its metric error); ``units``: the
+    estimate's units, for the views without ground truth."""
     est_t = np.asarray(est_stamps, dtype=np.int64).reshape(-1)
     est_p = np.asarray(est_poses, dtype=np.float64).reshape(-1, 4, 4)
     if len(est_t) != len(est_p):
@@ -209,10 +223,10 @@ def plot_data(est_stamps, est_poses, gt_stamps=None, gt_poses=None, keyframe_mas
             top, side = view_axes(gt_xyz, unit="m")
             t0 = est_t[0] if len(est_t) else 0
             return PlotData(aligned, gt_xyz, sim, ei, gi, errors, (est_t[ei] - t0) / 1e9,
-                            top, side, kf)
-    top, side = view_axes(est_xyz, unit="", camera_world=True)
+                            top, side, kf, align=align, units="m")
+    top, side = view_axes(est_xyz, unit="m" if units == "m" else "", camera_world=True)
     return PlotData(est_xyz, None, None, empty, empty, np.zeros(0), np.zeros(0), top, side, kf,
-                    note)
+                    note, align=align, units=units)
 
 
 def _draw_view(ax, view: View, data: PlotData, est2d: np.ndarray, gt2d: Optional[np.ndarray],
@@ -220,7 +234,7 @@ def _draw_view(ax, view: View, data: PlotData, est2d: np.ndarray, gt2d: Optional
     if gt2d is not None and len(gt2d):
         ax.plot(gt2d[:, 0], gt2d[:, 1], "-", color="0.6", lw=3.0, label="ground truth",
                 zorder=1)
-    label = "estimate (Sim(3)-aligned)" if data.alignment is not None else "estimate"
+    label = f"estimate ({data.alignment_label})" if data.alignment is not None else "estimate"
     if len(est2d):
         ax.plot(est2d[:, 0], est2d[:, 1], "-", color="tab:blue", lw=1.2, label=label, zorder=2)
         if len(data.keyframes):
@@ -259,7 +273,10 @@ def _draw_ate(ax, data: PlotData):
     ax.axhline(rmse, color="tab:red", ls="--", lw=1.0, label=f"RMSE {rmse:.4g} m")
     ax.set_xlabel("time since the first estimate (s)")
     ax.set_ylabel("translation error (m)")
-    ax.set_title(f"ATE after Sim(3) alignment (scale {data.alignment.scale:.4g}): "
+    how = (f"Sim(3) alignment (scale {data.alignment.scale:.4g})" if data.align == "sim3" else
+           "SE(3) alignment (metric scale, no scale fit)" if data.align == "se3" else
+           "no alignment")
+    ax.set_title(f"ATE after {how}: "
                  f"{len(e)} associated poses, RMSE {rmse:.4g} m, max {float(e.max()):.4g} m",
                  fontsize=10)
     ax.set_ylim(bottom=0)
@@ -270,7 +287,8 @@ def _draw_ate(ax, data: PlotData):
 def plot_evaluation(path, est_stamps, est_poses, gt_stamps=None, gt_poses=None,
                     keyframe_mask=None, title: str = "",
                     max_diff_ns: int = DEFAULT_MAX_DIFF_NS, offset_ns: int = 0,
-                    align: str = "sim3", dpi: int = 100) -> PlotData:
+                    align: str = "sim3", dpi: int = 100,
+                    units: str = "model units") -> PlotData:
     """Write ONE PNG to ``path`` and return the :class:`PlotData` it drew.
 
     ``est_stamps`` / ``gt_stamps``: int ns (N,) / (M,); ``est_poses`` / ``gt_poses``: 4x4 c2w.
@@ -278,11 +296,13 @@ def plot_evaluation(path, est_stamps, est_poses, gt_stamps=None, gt_poses=None,
     Sim(3)-aligned onto it (blue), and below them the ATE per associated pose over time with
     its RMSE. Without it (or if fewer than 3 poses associate): the estimate alone in its own
     views. ``keyframe_mask`` (N,) bool marks keyframes with orange dots. ``max_diff_ns`` /
-    ``offset_ns``: the association, as :func:`~.trajectory_eval.associate`. Views: see the
-    module docstring. RuntimeError (install hint) without matplotlib."""
+    ``offset_ns``: the association, as :func:`~.trajectory_eval.associate`. ``align``: the
+    alignment drawn ('sim3', or 'se3' for an estimate in metres), named in the legend, the
+    ATE panel's title and the heading; ``units``: the estimate's. Views: see the module
+    docstring. RuntimeError (install hint) without matplotlib."""
     plt = require_matplotlib()
     data = plot_data(est_stamps, est_poses, gt_stamps, gt_poses, keyframe_mask, max_diff_ns,
-                     offset_ns, align)
+                     offset_ns, align, units)
     if data.gt_xyz is not None:
         fig = plt.figure(figsize=(13, 10))
         grid = fig.add_gridspec(2, 2, height_ratios=(3, 2))
@@ -298,7 +318,10 @@ def plot_evaluation(path, est_stamps, est_poses, gt_stamps=None, gt_poses=None,
         if data.note:
             heading += f"\n{data.note}"
         elif data.gt_xyz is None:
-            heading += "\n(no ground truth: the estimate in the first camera's frame, model units)"
+            heading += (f"\n(no ground truth: the estimate in the first camera's frame, "
+                        f"{data.units})")
+        else:
+            heading += f"\n(the estimate {data.alignment_label}, in the ground truth's world)"
         fig.suptitle(heading, fontsize=12)
         fig.tight_layout()
         fig.savefig(path, dpi=dpi)

@@ -8,7 +8,9 @@ gentle pitch/roll), pinhole camera in the OpenCV convention (x right, y down, z 
 integer pixel coordinates are pixel centres). ~100 frames of 160x120 render in about a
 second on one core.
 
-Ground truth: ``c2w`` (camera-to-world, room frame) and z-depth per frame. The writers for
+Ground truth: ``c2w`` (camera-to-world, room frame) and metric z-depth per frame (the
+writers put it beside the images as the aligned depth: a TUM ``depth/`` folder, a 16UC1 topic
+in bags, for ``--scale depth`` / ``scale.source: depth``). The writers for
 every input the offline runner and the ROS demo read (image folder, video, rosbag2
 sqlite3/mcap, each with a TUM ground truth beside it) are in
 :mod:`lingbot_ros.tools.synthetic_writers`, which this module's CLI calls (they import OpenCV

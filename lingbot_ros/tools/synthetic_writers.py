@@ -8,7 +8,7 @@ a sequence and writes it is ``lingbot_ros.tools.synthetic.main``.
 The TUM file a writer leaves beside its output (``<name>.gt.tum``, :func:`gt_path_for`) holds
 the poses **relative to the first camera, OpenCV optical axes** -- the model's own convention
 (world = first camera) -- or, with ``gt_frame='body'``, as ROS ``map -> camera body`` poses
-(see ``session/poses.py``). Its stamps are the ones the matching frame source yields:
+(see ``geometry/poses.py``). Its stamps are the ones the matching frame source yields:
 ``i / fps`` from 0 for a folder or a video, the header stamps for a bag.
 
 No rclpy: the bag writer uses ``rosbags`` (CDR, Kilted typestore). OpenCV and rosbags are
@@ -17,6 +17,13 @@ imported only by the writers that need them.
 CLI: ``python -m lingbot_ros.tools.synthetic OUT_DIR [--frames N] [--width W] [--height H]
 [--formats folder,video,sqlite3,mcap,tum_rgbd]``. ``write_tum_rgbd`` writes the TUM RGB-D
 layout (its ground truth in the room's world, at its own 100 Hz clock, as a dataset has it).
+
+Aligned depth (for ``scale.source: depth`` / ``--scale depth``): the renderer's metric
+z-depth, registered to the colour image by construction, is written as a TUM ``depth/``
+folder + ``depth.txt`` (16-bit PNG, 5000 per metre, 0 = no reading) and as a 16UC1
+(millimetres) ``sensor_msgs/Image`` topic in the bags
+(``/camera/aligned_depth_to_color/image_raw`` by default, the colour images' stamps).
+:func:`depth_to_u16` does the conversion.
 """
 from __future__ import annotations
 
@@ -26,10 +33,15 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
+from ..geometry import (c2w_to_map, format_stamp, interpolate_poses, matrix_to_tq,
+                        write_tum)
+from .bag_source import DEFAULT_DEPTH_TOPIC
+from .datasets.depth import TUM_DEPTH_FACTOR
 from .synthetic_sequence import SyntheticSequence
 
 __all__ = ["Written", "gt_path_for", "write_gt_tum", "write_image_folder", "write_video",
-           "write_bag", "write_tum_rgbd"]
+           "write_bag", "write_tum_rgbd", "depth_to_u16", "DEFAULT_DEPTH_TOPIC",
+           "TUM_DEPTH_FACTOR"]
 
 PathLike = Union[str, Path]
 
@@ -52,13 +64,20 @@ def write_gt_tum(seq: SyntheticSequence, path: PathLike, stamps_ns: Optional[Seq
                  gt_frame: str = "optical") -> Path:
     """Ground truth as TUM: 'optical' = c2w relative to the first camera (model convention),
     'body' = ROS ``map -> camera body`` (map = first camera's body frame)."""
-    from ..session.poses import c2w_to_map, write_tum
     rel = seq.c2w_relative
     if gt_frame == "body":
         rel = c2w_to_map(rel, frame="body")
     elif gt_frame != "optical":
         raise ValueError(f"gt_frame must be 'optical' or 'body', got {gt_frame!r}")
     return write_tum(path, seq.stamps_ns if stamps_ns is None else stamps_ns, rel)
+
+
+def depth_to_u16(depth_m: np.ndarray, units_per_metre: float) -> np.ndarray:
+    """Metric depth (float) -> uint16 sensor units (``units_per_metre``: 1000 for 16UC1 mm,
+    5000 for TUM), rounded; no reading (NaN, inf, <= 0) and depth beyond the range -> 0."""
+    d = np.asarray(depth_m, dtype=np.float64) * float(units_per_metre)
+    ok = np.isfinite(d) & (d > 0) & (d < 65535.5)
+    return np.where(ok, np.rint(np.where(ok, d, 0.0)), 0.0).astype(np.uint16)
 
 
 def _cv2():
@@ -84,15 +103,17 @@ def write_image_folder(seq: SyntheticSequence, folder: PathLike, ext: str = "png
     return Written(folder, gt, len(seq))
 
 
-def write_tum_rgbd(seq: SyntheticSequence, folder: PathLike, gt_rate_hz: float = 100.0
-                   ) -> Written:
+def write_tum_rgbd(seq: SyntheticSequence, folder: PathLike, gt_rate_hz: float = 100.0,
+                   depths: Optional[np.ndarray] = None) -> Written:
     """The TUM RGB-D layout, as the offline runner reads published sequences: ``rgb/<stamp>.png``,
-    ``rgb.txt`` (``timestamp filename``, seconds with microseconds) and ``groundtruth.txt``
+    ``rgb.txt`` (``timestamp filename``, seconds with microseconds), ``depth/<stamp>.png`` and
+    ``depth.txt`` (the aligned depth, 16-bit PNG at 5000 per metre, 0 = no reading; the
+    colour images' stamps; ``depths`` overrides the sequence's metric depth, e.g. a test's
+    (N, H, W) metres) and ``groundtruth.txt``
     (``timestamp tx ty tz qx qy qz qw``: the camera in the room's world, z up). As from a
     motion-capture system, the ground truth has its own clock: ``gt_rate_hz`` samples of
     the camera path (interpolated between frames), not the image stamps, so an evaluation
     has to associate by nearest stamp. ``Written.gt_path`` is ``groundtruth.txt``."""
-    from ..session.poses import format_stamp, interpolate_poses, matrix_to_tq
     cv2 = _cv2()
     folder = Path(folder)
     (folder / "rgb").mkdir(parents=True, exist_ok=True)
@@ -106,6 +127,18 @@ def write_tum_rgbd(seq: SyntheticSequence, folder: PathLike, gt_rate_hz: float =
             raise RuntimeError(f"OpenCV could not write {folder / name}")
         lines.append(f"{format_stamp(int(stamp))[:-3]} {name}")
     (folder / "rgb.txt").write_text("\n".join(lines) + "\n")
+    depths = seq.depths if depths is None else np.asarray(depths)
+    if depths.shape != seq.images.shape[:3]:
+        raise ValueError(f"depths must have shape {seq.images.shape[:3]}, got {depths.shape}")
+    (folder / "depth").mkdir(exist_ok=True)
+    depth_lines = ["# depth maps", "# synthetic room: z-depth registered to rgb, 5000 per metre",
+                   "# timestamp filename"]
+    for stamp, depth in zip(stamps, depths):
+        name = f"depth/{format_stamp(int(stamp))[:-3]}.png"
+        if not cv2.imwrite(str(folder / name), depth_to_u16(depth, TUM_DEPTH_FACTOR)):
+            raise RuntimeError(f"OpenCV could not write {folder / name}")
+        depth_lines.append(f"{format_stamp(int(stamp))[:-3]} {name}")
+    (folder / "depth.txt").write_text("\n".join(depth_lines) + "\n")
     period = round(1e9 / gt_rate_hz)
     gt_stamps = np.arange(stamps[0] - 3 * period // 2, stamps[-1] + 2 * period, period)
     gt_stamps = gt_stamps[(gt_stamps >= stamps[0]) & (gt_stamps <= stamps[-1])]
@@ -148,11 +181,14 @@ def write_bag(seq: SyntheticSequence, path: PathLike, storage: str = "sqlite3",
               compressed_topic: Optional[str] = None,
               camera_info_topic: Optional[str] = "/camera/camera_info",
               frame_id: str = "camera_optical_frame", compressed_format: str = "jpeg",
-              gt_frame: str = "optical") -> Written:
+              gt_frame: str = "optical",
+              depth_topic: Optional[str] = DEFAULT_DEPTH_TOPIC) -> Written:
     """A rosbag2 (``storage`` 'sqlite3' or 'mcap', version 9, Kilted typestore) with
     ``sensor_msgs/msg/Image`` rgb8 on ``topic``, optionally ``CompressedImage`` (jpeg or png)
-    on ``compressed_topic`` and ``CameraInfo`` on ``camera_info_topic``; header stamps =
-    record times = ``seq.stamps_ns`` (30 Hz by default). GT beside it with those stamps."""
+    on ``compressed_topic``, ``CameraInfo`` on ``camera_info_topic`` and the aligned depth
+    as a 16UC1 (millimetres, 0 = no reading) ``Image`` on ``depth_topic`` (None: no depth);
+    header stamps = record times = ``seq.stamps_ns`` (30 Hz by default), the same for colour
+    and depth. GT beside it with those stamps."""
     from rosbags.rosbag2 import StoragePlugin, Writer
     from rosbags.typesys import Stores, get_typestore
 
@@ -186,7 +222,11 @@ def write_bag(seq: SyntheticSequence, path: PathLike, storage: str = "sqlite3",
         if camera_info_topic:
             info_conn = writer.add_connection(camera_info_topic, "sensor_msgs/msg/CameraInfo",
                                               typestore=ts)
-        for img, stamp in zip(seq.images, seq.stamps_ns):
+        depth_conn = None
+        if depth_topic:
+            depth_conn = writer.add_connection(depth_topic, "sensor_msgs/msg/Image",
+                                               typestore=ts)
+        for img, depth, stamp in zip(seq.images, seq.depths, seq.stamps_ns):
             stamp = int(stamp)
             msg = T["sensor_msgs/msg/Image"](header=header(stamp), height=h, width=w,
                                              encoding="rgb8", is_bigendian=0, step=w * 3,
@@ -202,6 +242,12 @@ def write_bag(seq: SyntheticSequence, path: PathLike, storage: str = "sqlite3",
                     header=header(stamp), format=f"rgb8; {compressed_format} compressed bgr8",
                     data=buf.reshape(-1).astype(np.uint8))
                 writer.write(cmp_conn, stamp, ts.serialize_cdr(cmsg, cmsg.__msgtype__))
+            if depth_conn is not None:
+                mm = depth_to_u16(depth, 1000.0)
+                dmsg = T["sensor_msgs/msg/Image"](header=header(stamp), height=h, width=w,
+                                                  encoding="16UC1", is_bigendian=0, step=w * 2,
+                                                  data=mm.astype("<u2").view(np.uint8).reshape(-1))
+                writer.write(depth_conn, stamp, ts.serialize_cdr(dmsg, dmsg.__msgtype__))
             if info_conn is not None:
                 imsg = T["sensor_msgs/msg/CameraInfo"](
                     header=header(stamp), height=h, width=w, distortion_model="plumb_bob",

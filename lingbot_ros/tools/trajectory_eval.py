@@ -1,7 +1,7 @@
 """Trajectory evaluation against a ground truth, with the numbers ``evo`` users know.
 
 Poses are 4x4 float64 camera-to-world matrices, stamps integer nanoseconds (see
-:mod:`lingbot_ros.session.poses`). The estimate's world is the first camera's optical frame and
+:mod:`lingbot_ros.geometry.poses`). The estimate's world is the first camera's optical frame and
 its scale is arbitrary (monocular), so the headline numbers are Sim(3)-aligned.
 
 * :func:`associate` -- ``evo``'s nearest-stamp association (``evo_ape --t_max_diff --t_offset``,
@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..session.poses import rigid_inverse
-from ..session.sim3 import Sim3, umeyama
+from ..geometry import Sim3, rigid_inverse, umeyama
 
 __all__ = ["associate", "ate", "rpe", "evaluate", "align_positions", "rotation_angle_deg",
            "DEFAULT_MAX_DIFF_NS", "ALIGNMENTS"]
@@ -306,7 +305,8 @@ def _span(stamps: np.ndarray) -> str:
 
 
 def evaluate(est_stamps, est_poses, gt_stamps, gt_poses,
-             max_diff_ns: int = DEFAULT_MAX_DIFF_NS, offset_ns: int = 0) -> dict:
+             max_diff_ns: int = DEFAULT_MAX_DIFF_NS, offset_ns: int = 0,
+             metric: bool = False) -> dict:
     """Associate (:func:`associate`), then ATE and RPE; a JSON-ready summary.
 
     Keys: ``associated`` (pairs), ``estimate_poses``, ``ground_truth_poses``, ``max_diff_ns``,
@@ -324,6 +324,11 @@ def evaluate(est_stamps, est_poses, gt_stamps, gt_poses,
       translation error per segment in % of the segment's ground-truth length; or
       ``{"error": ...}`` when the path is shorter than 1 m.
     * ``gt_path_length_m``: the ground-truth path length over the associated poses.
+    * ``estimate_units``: ``'m'`` when ``metric`` (the estimate was converted to metres by a
+      metric scale), else ``'model units'``; with ``metric``, ``ate_se3_metres``: the ATE of
+      the metric estimate after an SE(3) alignment -- rotation and translation only, no
+      scale fitted -- in metres (the number a robot's metric output is judged by), beside
+      the Sim(3) one (which fits the scale away).
 
     Fewer than 3 associated poses (or a degenerate alignment) gives no metrics but an
     ``error`` that says how many associated, the stamp ranges of both and the knobs.
@@ -342,7 +347,8 @@ def evaluate(est_stamps, est_poses, gt_stamps, gt_poses,
     ei, gi = associate(est_t, gt_t, max_diff_ns, offset_ns)
     out = {"associated": int(len(ei)), "estimate_poses": int(len(est_t)),
            "ground_truth_poses": int(len(gt_t)), "max_diff_ns": int(max_diff_ns),
-           "offset_ns": int(offset_ns), "error": None}
+           "offset_ns": int(offset_ns), "error": None,
+           "estimate_units": "m" if metric else "model units"}
     if len(ei) < 3:
         out["error"] = (
             f"only {len(ei)} estimated pose(s) associate with a ground-truth pose within "
@@ -361,9 +367,12 @@ def evaluate(est_stamps, est_poses, gt_stamps, gt_poses,
         for align in ("sim3", "se3"):
             res = ate(est, gt, align)
             out[f"ate_{align}"] = {k: res[k] for k in keys}
+        if metric:
+            out["ate_se3_metres"] = {**out["ate_se3"], "units": "m",
+                                     "alignment": "SE(3): no scale fitted"}
         frame = rpe(est, gt, 1, "frames", align="sim3")
     except ValueError as exc:  # degenerate alignment (e.g. all estimated positions equal)
-        for k in ("ate_sim3", "ate_se3"):
+        for k in ("ate_sim3", "ate_se3", "ate_se3_metres"):
             out.pop(k, None)
         out["error"] = f"no alignment possible on the {len(ei)} associated poses: {exc}"
         return out

@@ -22,8 +22,8 @@ def test_budget_exhaustion_raises_cache_full_and_keeps_state():
             txn.commit()
             committed += 1
     assert "max_special_frames" in str(err.value) and "max_cache_bytes" in str(err.value)
-    assert cache.info() == before  # the failed begin changed nothing
-    assert cache.pending is None
+    assert cache.info() == before  # the failed begin changed nothing (no step pending)
+    assert before["step_pending"] == 0
     assert cache.storage.nbytes <= cfg.max_cache_bytes
     assert committed == cache.info()["frames_committed"] > 0
     cache.check_invariants()

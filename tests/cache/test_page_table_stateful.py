@@ -90,9 +90,11 @@ class CacheMachine(RuleBasedStateMachine):
         forecast = fc[0] if fc is not None else None
         self.txn = self.cache.begin(n, kind, forecast)
         if forecast is not None and fc[3] and n == 1 and kind is fc[2]:
-            assert self.txn.plan == forecast.plan
+            assert self.txn.plan == forecast.plan and self.txn.as_forecast
             assert self.txn.layout is forecast.layout  # reused, not rebuilt
             OPS["forecasts_right"] += 1
+        # the forecast's tensors are used exactly when its plan is the step's
+        assert self.txn.as_forecast == (forecast is not None and self.txn.plan == forecast.plan)
         self.twin_txn = self.twin.begin(n, StepKind.KEYFRAME)
         uids = list(range(self.next_uid, self.next_uid + n))
         self.next_uid += n
@@ -142,7 +144,7 @@ class CacheMachine(RuleBasedStateMachine):
         OPS["count"] += 1
         before = snapshot(self.cache)
         forecast = self.cache.forecast(commits, 1, kind)
-        assert snapshot(self.cache) == before  # computed on a copy
+        assert snapshot(self.cache) == before  # computed without changing the cache
         if forecast is not None:
             assert forecast.plan.num_frames == 1 and forecast.plan.kind is kind
             # right so far: with no step pending there is nothing to guess

@@ -110,7 +110,7 @@ def test_step_kind_is_checked_before_anything_changes():
     cache = PagedKVCache(CFG)
     with pytest.raises(ValueError, match="step kind must be one of"):
         cache.begin(1, "maybe")
-    assert cache.info()["frames_seen"] == 0 and cache.pending is None
+    assert cache.info()["frames_seen"] == 0 and cache.info()["step_pending"] == 0
 
 
 def test_misuse_is_refused_with_a_clear_message_and_no_change():

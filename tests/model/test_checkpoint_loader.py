@@ -128,3 +128,57 @@ def test_load_model_picks_the_architecture_the_file_matches(tmp_path, tiny_confi
         load_model(path, [GCTConfig.official()], precision="fp32")
     built, random_weights = build_model("tiny", str(path), precision="fp32")
     assert not random_weights and _same(built.state_dict(), reference_state)
+
+
+def _pickled_tiny_checkpoint(path, seed=0):
+    """A random tiny network saved as upstream does: a dict with the weights under 'model'
+    and pickled objects beside them (weights_only=True refuses it)."""
+    from lingbot_ros.model import GCTConfig
+    torch.manual_seed(seed)
+    state = GCTModel(GCTConfig.tiny()).state_dict()
+    torch.save({"model": state, "args": argparse.Namespace(lr=1e-4), "epoch": 3}, path)
+    return state
+
+
+def test_the_trust_flag_reaches_the_loader_from_the_session_builder(tmp_path):
+    from lingbot_ros.config import SessionConfig
+    from lingbot_ros.session import load_session_model
+    path = tmp_path / "lingbot-map.pt"
+    state = _pickled_tiny_checkpoint(path)
+    with pytest.raises(CheckpointError) as refused:
+        load_session_model(SessionConfig(), "tiny", str(path))
+    message = str(refused.value)
+    assert "lingbot-ros-convert-checkpoint" in message and "--trust-checkpoint" in message
+    assert "model.trust_pickle" in message
+    with pytest.warns(UserWarning, match="full unpickling"):
+        model, random_weights = load_session_model(SessionConfig(), "tiny", str(path),
+                                                   trust_pickle=True)
+    assert not random_weights
+    assert _same(model.state_dict(), state)
+
+
+@pytest.mark.skipif(torch.version.cuda is not None or getattr(torch.version, "hip", None),
+                    reason="needs a CPU-only torch build")
+@pytest.mark.parametrize("device", ["cuda", "cuda:0"])
+def test_cuda_on_a_cpu_only_torch_says_which_torch_and_how_to_get_cuda(device):
+    from lingbot_ros.config import SessionConfig
+    from lingbot_ros.model import DeviceError, check_device
+    from lingbot_ros.session import load_session_model
+    with pytest.raises(DeviceError) as err:
+        check_device(device)
+    message = str(err.value)
+    assert "CPU-only torch" in message and torch.__version__ in message
+    assert "download.pytorch.org/whl/cu" in message and "device cpu" in message
+    # The session builder checks first: the clear message, not torch's AssertionError.
+    with pytest.raises(DeviceError, match="CPU-only torch"):
+        load_session_model(SessionConfig(device=device), "tiny")
+
+
+def test_devices_that_do_not_exist_are_clear_errors():
+    from lingbot_ros.model import DeviceError, check_device
+    assert check_device("cpu") == torch.device("cpu")
+    with pytest.raises(DeviceError, match="not a torch device name"):
+        check_device("gpu")
+    if torch.cuda.is_available():
+        with pytest.raises(DeviceError, match="CUDA device\\(s\\) visible"):
+            check_device(f"cuda:{torch.cuda.device_count()}")

@@ -21,7 +21,7 @@ def test_phase_one_outputs_and_recorded_intermediates(tiny_model, frames):
     assert torch.equal(out.c2w[:, :3, 3], out.pose_enc[:, :3])
     assert out.depth.shape == (2, *HW, 1) and out.depth_conf.shape == (2, *HW)
     assert (out.depth > 0).all() and (out.depth_conf > 1).all()
-    assert out.world_points is None and out.time_index == 0
+    assert out.world_points is None and txn.first_frame == 0
     assert set(debug) == set(TAP_KEYS)
     assert debug["aggregator_selected_layers"].shape == (4, 2, 94, 256)
     assert debug["global_block0_attn_out"].shape == (2, 94, 128)

@@ -82,6 +82,6 @@ def test_a_stream_runs_past_1024_cached_frames():
     for _ in range(1030):
         outputs, txn = runner.step(image, StepKind.KEYFRAME)
         txn.commit()
-    assert outputs.time_index == 1029
+    assert txn.first_frame == 1029  # the last step's time index
     assert runner.kv_cache.info()["frames_committed"] == runner.camera_cache.num_frames == 1030
     assert torch.isfinite(outputs.pose_enc).all()

@@ -64,7 +64,7 @@ def node_command(params: dict[str, Any], remaps: Optional[dict[str, str]] = None
     """The node's command line: TINY_PARAMS updated with ``params``, image remapped."""
     values = {**TINY_PARAMS, **params}
     remaps = {"image": IMAGE_TOPIC, **(remaps or {})}
-    cmd = [sys.executable, "-m", "lingbot_ros.ros.node", "--ros-args"]
+    cmd = [sys.executable, "-m", "lingbot_ros.ros.main", "--ros-args"]
     for name, value in values.items():
         cmd += ["-p", _param_arg(name, value)]
     for old, new in remaps.items():
@@ -157,10 +157,15 @@ class Got:
     t: float
 
 
-def diag_values(array_msg) -> dict[str, str]:
+def is_node_status(status, node: str = NODE) -> bool:
+    """Whether a DiagnosticStatus is the node's: named by its full name (namespace too)."""
+    return status.name == f"{node}: tracking"
+
+
+def diag_values(array_msg, node: str = NODE) -> dict[str, str]:
     """The key/values of the node's DiagnosticStatus in a DiagnosticArray ({} if none)."""
     for status in array_msg.status:
-        if status.name.startswith("lingbot_ros"):
+        if is_node_status(status, node):
             return {kv.key: kv.value for kv in status.values}
     return {}
 
@@ -232,7 +237,7 @@ class Probe(BackgroundNode):
     def last_diag(self) -> dict[str, str]:
         """The values of the latest /diagnostics message of the node ({} before the first)."""
         for got in reversed(self.snapshot("diagnostics")):
-            values = diag_values(got.msg)
+            values = diag_values(got.msg, self._node_name)
             if values:
                 return values
         return {}
@@ -242,7 +247,7 @@ class Probe(BackgroundNode):
         the first). rclpy gives the level as bytes."""
         for got in reversed(self.snapshot("diagnostics")):
             for status in got.msg.status:
-                if status.name.startswith("lingbot_ros"):
+                if is_node_status(status, self._node_name):
                     level = status.level
                     return (int.from_bytes(level, "little") if isinstance(level, bytes)
                             else int(level)), status.message

@@ -10,7 +10,7 @@ from typing import Optional
 
 import numpy as np
 
-from lingbot_ros.session import matrix_to_tq, tq_to_matrix
+from lingbot_ros.geometry import matrix_to_tq, tq_to_matrix
 from tests.ros.node_harness import NODE, Got, Probe
 
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.ros.node_harness import NodeProcess, Probe, good_images, stamp_ns
+from tests.ros.node_harness import NodeProcess, Probe, good_images, is_node_status, stamp_ns
 from tests.ros.node_data import IMAGE_TOPIC
 from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
 
@@ -45,7 +45,7 @@ class CompressedProbe(Probe):
     def diag_messages(self) -> list[str]:
         """The message of every /diagnostics status of the node received so far."""
         return [status.message for got in self.snapshot("diagnostics")
-                for status in got.msg.status if status.name.startswith("lingbot_ros")]
+                for status in got.msg.status if is_node_status(status)]
 
 
 def compressed_frames(count: int, start: int = 0) -> list:

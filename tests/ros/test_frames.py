@@ -7,12 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from lingbot_ros.config import NodeConfig
+from lingbot_ros.ros.node_config import NodeConfig
 from lingbot_ros.ros.diagnostics import camera_info_check
 from lingbot_ros.ros.frames import FrameChain, body_velocity
 from lingbot_ros.ros.robot_frames import RobotFrames, tf_tree_mode
 from lingbot_ros.ros.tf_tree import TransformTree
-from lingbot_ros.session import T_BODY_OPTICAL, c2w_to_map, rigid_inverse, tq_to_matrix
+from lingbot_ros.geometry import T_BODY_OPTICAL, c2w_to_map, rigid_inverse, tq_to_matrix
 
 
 def random_rigid(rng) -> np.ndarray:

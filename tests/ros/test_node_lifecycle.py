@@ -96,7 +96,9 @@ def _save_request(path):
 @pytest.mark.parametrize("name, value, why", [
     ("keyframes.policy", "bogus", "must be one of"),  # our choice list
     ("cache.window", 0, ""),  # refused by the descriptor's integer range at declaration
-    ("input.width", 100, "multiple of patch_size"),  # refused when settings are built
+    ("input.width", 100, "step"),  # refused by the descriptor's step (14) at declaration
+    ("map.max_points", 4, ""),  # the descriptor's range: the voxel map needs 8
+    ("topics.camera_info", "camera info", "not a valid topic name"),  # built settings
 ])
 def test_invalid_parameter_exits_with_status_1(tmp_path, ros_env, name, value, why):
     with NodeProcess(ros_env, tmp_path, {name: value}) as node:

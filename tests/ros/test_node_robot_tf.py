@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from lingbot_ros.config import SessionConfig, PreprocessConfig
-from lingbot_ros.session import T_BODY_OPTICAL, open_session
+from lingbot_ros.geometry import T_BODY_OPTICAL
+from lingbot_ros.session import open_session
 from tests.ros.node_harness import TINY_PARAMS, NodeProcess, good_images
 from tests.ros.node_data import stamp_ns
 from tests.ros.robot_probe import RobotProbe, matrix_of, transform_msg

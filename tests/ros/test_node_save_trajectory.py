@@ -109,7 +109,7 @@ def test_save_trajectory_is_read_by_evo(tmp_path, ros_env):
     dots = np.abs(np.sum(traj.orientations_quat_wxyz * wxyz, axis=1))
     np.testing.assert_allclose(dots, 1.0, atol=1e-9)
     # The map is the first camera's body frame: frame 0 sits at its origin, optical axes.
-    from lingbot_ros.session.poses import R_BODY_OPTICAL, rotation_to_quaternion
+    from lingbot_ros.geometry import R_BODY_OPTICAL, rotation_to_quaternion
     x, y, z, w = rotation_to_quaternion(R_BODY_OPTICAL)
     np.testing.assert_allclose(traj.positions_xyz[0], 0, atol=1e-9)
     assert abs(np.dot(traj.orientations_quat_wxyz[0], [w, x, y, z])) > 1 - 1e-9

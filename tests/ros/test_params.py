@@ -1,16 +1,21 @@
-"""The node's parameter table: validation that names the parameter, and config/lingbot_ros.yaml
-in step with the declared parameters (names, defaults and their types)."""
+"""The node's parameter table: validation that names the parameter, the configs built from
+its rows, and config/lingbot_ros.yaml and docs/node.md in step with it (names, defaults and
+their types)."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import yaml
 
+from lingbot_ros.config import SessionConfig
+from lingbot_ros.ros.node_config import NodeConfig
 from lingbot_ros.ros.params import PARAM_NAMES, PARAMS, build_settings, check_value
 from tests.ros.ros_helpers import REPO, ros_env  # noqa: F401 -- the fixture
 
 YAML = REPO / "config" / "lingbot_ros.yaml"
+NODE_MD = REPO / "docs" / "node.md"
 DEFAULTS = {p.name: p.default for p in PARAMS}
 
 
@@ -30,8 +35,48 @@ def test_yaml_lists_exactly_the_declared_parameters_with_their_defaults():
     assert sorted(set(values) - set(PARAM_NAMES)) == [], "in the yaml, not declared"
     for p in PARAMS:
         # Exact types: ROS refuses an int in a params file for a double parameter.
-        assert type(values[p.name]) is type(p.default), (p.name, values[p.name], p.default)
+        assert type(values[p.name]) is p.type, (p.name, values[p.name], p.default)
         assert values[p.name] == p.default, (p.name, values[p.name], p.default)
+
+
+def docs_table() -> dict[str, tuple[str, str]]:
+    """docs/node.md's parameter table: name -> (type, default as written)."""
+    out = {}
+    for line in NODE_MD.read_text().splitlines():
+        m = re.match(r"\| `([\w.]+)` \| (\w+) \| `(.*?)` \|", line)
+        if m:
+            out[m.group(1)] = (m.group(2), m.group(3))
+    return out
+
+
+def test_docs_list_exactly_the_table_with_its_defaults():
+    documented = docs_table()
+    assert list(documented) == list(PARAM_NAMES), "docs/node.md: the table's names, in order"
+    for p in PARAMS:
+        kind, default = documented[p.name]
+        assert kind == p.type.__name__, p.name
+        value = yaml.safe_load(default)
+        assert type(value) is p.type and value == p.default, (p.name, default, p.default)
+
+
+def test_the_tables_defaults_are_the_configs_defaults():
+    """One set of defaults: the configs built from an empty parameter set are the configs'
+    own defaults (keyframes.n: 2, every_n's useful interval; 1 would equal "all")."""
+    s = build_settings({})
+    assert s.session == SessionConfig() and s.node == NodeConfig()
+    assert s.session.keyframes.n == 2
+
+
+def test_every_config_field_is_set_by_one_row():
+    from dataclasses import fields
+    for config, skip in ((NodeConfig, set()), (SessionConfig, {
+            "keyframes", "preprocess", "return_depth", "fused_kernels_off"})):
+        prefix = "node" if config is NodeConfig else "session"
+        set_by = sorted(p.attribute for p in PARAMS if p.field.rsplit(".", 1)[0] == prefix)
+        assert set_by == sorted(f.name for f in fields(config) if f.name not in skip)
+    # a config's error names its field: the field names one parameter
+    attributes = [p.attribute for p in PARAMS]
+    assert len(attributes) == len(set(attributes))
 
 
 def test_every_parameter_has_a_description_and_consistent_bounds():
@@ -39,23 +84,26 @@ def test_every_parameter_has_a_description_and_consistent_bounds():
         assert p.description, p.name
         if p.choices:
             assert p.default in p.choices, p.name
-        if p.min is not None:
-            assert p.max is not None and p.min <= p.default <= p.max, p.name
+        if p.range is not None:
+            assert p.type in (int, float) and p.range[0] <= p.default <= p.range[1], p.name
         check_value(p, p.default)
 
 
 def test_choices_and_limits_come_from_config():
     """One list of allowed values per setting: the table reuses config.py's tuples."""
     from lingbot_ros import config
+    from lingbot_ros.ros import param_table
     table = {p.name: p for p in PARAMS}
     assert table["precision"].choices is config.PRECISIONS
+    from lingbot_ros.session import PRESETS
+    assert table["model.preset"].choices is config.MODEL_PRESETS and PRESETS == config.MODEL_PRESETS
     assert table["attention.backend"].choices is config.ATTENTION_BACKENDS
     assert table["attention.flashinfer_variant"].choices is config.FLASHINFER_VARIANTS
     assert table["attention.fused_kernels"].choices is config.FUSED_KERNEL_MODES
     assert table["keyframes.policy"].choices is config.KEYFRAME_POLICIES
-    assert table["qos.image"].choices is config.IMAGE_QOS
+    assert table["qos.image"].choices is param_table.IMAGE_QOS
     splits = table["attention.kv_splits"]
-    assert (splits.min, splits.max) == (1, config.MAX_KV_SPLITS)
+    assert splits.range == (1, config.MAX_KV_SPLITS)
     build_settings({"attention.kv_splits": config.MAX_KV_SPLITS})
     with pytest.raises(ValueError, match="attention.kv_splits"):
         build_settings({"attention.kv_splits": config.MAX_KV_SPLITS + 1})
@@ -121,8 +169,11 @@ def test_values_reach_the_configs():
     ("publish.diagnostics_rate_hz", 0.0, "must be in"),
     ("max_image_pixels", 0, "must be in"),
     # rules of the configs: a multiple of the patch, one value against another, non-empty
-    ("input.width", 100, "multiple of patch_size"),
-    ("input.height", 50, "multiple of patch_size"),
+    ("input.width", 100, "must be a multiple of 14"),  # the row's step
+    ("input.height", 50, "must be a multiple of 14"),
+    ("map.max_points", 4, "must be in [8, "),  # the voxel map's minimum
+    ("topics.camera_info", "camera info", "not a valid topic name"),
+    ("topics.image", "1image", "not a valid topic name"),
     ("cache.max_special_frames", 0, "positive"),
     ("cache.max_special_frames", 4, "at least num_scale_frames"),
     ("cache.max_cache_bytes", 0, "positive"),

@@ -73,7 +73,7 @@ def test_an_unbounded_path_grows_and_clear_empties_it():
 
 def test_a_large_bound_is_not_allocated_up_front():
     cdr = PathCdr("map", max_poses=10_000_000)
-    assert cdr._records.nbytes < 200_000  # grows with the path, not with the bound
+    assert cdr.nbytes < 200_000  # grows with the path, not with the bound
     items = list(poses(3_000, seed=3))
     for item in items:
         cdr.append(*item)
@@ -81,6 +81,6 @@ def test_a_large_bound_is_not_allocated_up_front():
     small = PathCdr("map", max_poses=1_500)  # grows to exactly its bound, then rings
     for item in items:
         small.append(*item)
-    assert len(small) == 1_500 and small._records.shape[0] == 1_500
+    assert len(small) == 1_500 and small.capacity == 1_500
     assert deserialize_message(small.serialize(1, 1), Path) == expected("map", (1, 1),
                                                                           items[-1_500:])

@@ -1,4 +1,4 @@
-"""The worker's contexts of frames handed to the pipelined session: found by stamp, bounded."""
+"""The worker's contexts of frames handed to the pipelined session: found by ticket, bounded."""
 from lingbot_ros.ros.pending_frames import PendingFrame, PendingFrames
 
 
@@ -6,7 +6,7 @@ def frame(i):
     return PendingFrame(item=f"msg{i}", chain=None, depth_due=i % 2 == 0)
 
 
-def test_contexts_are_found_once_by_stamp_and_cleared_by_a_reset():
+def test_contexts_are_found_once_by_ticket_and_cleared_by_a_reset():
     pending = PendingFrames()
     for i in range(3):
         pending.add(100 + i, frame(i))

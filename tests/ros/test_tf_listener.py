@@ -15,7 +15,7 @@ import pytest
 from lingbot_ros.ros.background_node import BackgroundNode
 from lingbot_ros.ros.tf_listener import TfListener
 from lingbot_ros.ros.tf_tree import TransformTree
-from lingbot_ros.session import R_BODY_OPTICAL, tq_to_matrix
+from lingbot_ros.geometry import R_BODY_OPTICAL, tq_to_matrix
 from tests.ros.ros_helpers import REPO
 from tests.ros.tf_publisher import (MALFORMED, ODOM_POSES, ODOM_STAMPS_NS, STATIC_CHAIN)
 

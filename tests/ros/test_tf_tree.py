@@ -12,7 +12,7 @@ from scipy.spatial.transform import Rotation, Slerp
 
 from lingbot_ros.ros.tf_tree import (ExtrapolationError, NotConnectedError, Reparent,
                                      TransformError, TransformTree, UnknownFrameError)
-from lingbot_ros.session import slerp, tq_to_matrix
+from lingbot_ros.geometry import slerp, tq_to_matrix
 
 S = 10**9  # ns per second
 

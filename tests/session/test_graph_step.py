@@ -49,7 +49,7 @@ def test_the_graph_body_reproduces_eager_steps_of_both_kinds_with_commit_and_rol
         kind = SPEC if i % 3 else KEY  # every third frame a keyframe known in advance
         out_a, txn_a = eager.step(images[i:i + 1], kind)
         out_b, txn_b = graphed.step(images[i:i + 1], kind)
-        assert out_b.time_index == out_a.time_index
+        assert txn_b.first_frame == txn_a.first_frame
         for key in OUTPUT_KEYS:
             torch.testing.assert_close(getattr(out_b, key), getattr(out_a, key), atol=1e-5,
                                        rtol=1e-5, msg=f"frame {i}: {key}")
@@ -97,7 +97,7 @@ def test_a_failed_graph_step_rolls_both_caches_back():
     with pytest.raises(RuntimeError, match="kernel failed"):
         runner.step(torch.rand(1, 3, *HW), SPEC)
     assert state() == before
-    assert cache.pending is None and camera.pending is None
+    assert cache.info()["step_pending"] == 0 and camera.pending is None
     runner.graph = None
     runner.step(torch.rand(1, 3, *HW), KEY)[1].commit()  # goes on
 
@@ -139,14 +139,14 @@ def test_a_failed_capture_falls_back_to_eager_for_the_rest_of_the_session():
     expected = [r for i, im in enumerate(images) for r in plain.push(im, 1_000 + i)]
     got = [r for i, im in enumerate(images[:NSF]) for r in graphed.push(im, 1_000 + i)]
     # A graph step whose capture fails (as when a kernel is not capturable on some setup).
-    runner = graphed._runner
-    step = GraphedStep(model, runner.kv_cache, runner.camera_cache,
-                       make_backend("torch_ref", runner.kv_cache.storage), NSF, capture=False)
-    step.capture = True
+    class CaptureFails(GraphedStep):
+        def record(self, with_depth, first_frame):
+            raise RuntimeError("operation not permitted when stream is capturing")
 
-    def capture_fails(with_depth, first_frame):
-        raise RuntimeError("operation not permitted when stream is capturing")
-    step._capture = capture_fails
+    runner = graphed.runner
+    step = CaptureFails(model, runner.kv_cache, runner.camera_cache,
+                        make_backend("torch_ref", runner.kv_cache.storage), NSF, capture=False)
+    step.capture = True
     runner.graph = step
     for i, image in enumerate(images[NSF:], start=NSF):
         got += graphed.push(image, 1_000 + i)  # no frame is lost or fails
@@ -265,7 +265,7 @@ def test_steps_planned_while_the_gpu_is_busy_equal_steps_planned_after(tiny_bf16
             torch.cuda._sleep(5_000_000)  # a few ms of GPU time ahead of the step
             session.submit(image, 1_000 + i)
             if not plan_ahead:  # (the runner exists once the first frame is in)
-                session._runner.forecast_next = lambda *args: None
+                session.runner.prepare_next = lambda *args: None
             out += session.collect(wait=False)
         return session, out + session.collect()
 

@@ -122,7 +122,7 @@ def test_a_failing_run_rolls_the_step_back(tiny_model, frames):
         runner.run(torch.rand(1, 3, 28, 28), txn)
     assert txn.state == "rolled back"
     assert_same_state(cache_state(runner), before)
-    with pytest.raises(RuntimeError, match="already rolled back"):
+    with pytest.raises(TransactionError, match="already rolled back"):
         runner.run(frames[2:3], txn)
 
 
@@ -130,7 +130,7 @@ def test_a_step_is_finished_exactly_once(tiny_model, frames):
     runner = make_runner(tiny_model, HW)
     _, txn = runner.step(frames[:2], KEY)
     txn.commit()
-    with pytest.raises(RuntimeError, match="already committed"):
+    with pytest.raises(TransactionError, match="already committed"):
         txn.rollback()
     _, txn = runner.step(frames[2:3], SPEC)
     with pytest.raises(TransactionError, match="pending"):  # the next step waits for a decision

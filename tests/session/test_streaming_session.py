@@ -75,7 +75,7 @@ def test_every_n_keyframes_evict_first_and_the_frames_between_see_the_untrimmed_
     s = session(keyframes=KeyframeConfig(policy="every_n", n=2), rollover_keyframes=None)
     seen = []
     run(s, imgs[:2])
-    runner = s._runner
+    runner = s.runner
     real_begin = runner.begin
 
     def recording_begin(num_frames, kind):
@@ -114,7 +114,7 @@ def test_a_flow_keyframe_equals_a_speculative_step_and_evicts_like_a_keyframe():
         assert (runner.kv_cache.table.patches.visible_frames()
                 == twin.kv_cache.table.patches.visible_frames())
         assert runner.kv_cache.table.stats() == twin.kv_cache.table.stats()
-    assert flow._runner.kv_cache.table.stats() == runner.kv_cache.table.stats()
+    assert flow.runner.kv_cache.table.stats() == runner.kv_cache.table.stats()
 
 
 def test_bad_frames_are_rejected_counted_and_the_stream_goes_on():
@@ -199,7 +199,7 @@ def test_a_new_size_that_persists_restarts_the_stream_on_it():
 def test_reset_restarts_the_stream_and_keeps_the_allocation():
     s = session()
     run(s, frames(6))
-    ptr = s._runner.kv_cache.storage.data.data_ptr()
+    ptr = s.runner.kv_cache.storage.data.data_ptr()
     s.reset()
     info = s.info()
     assert info["frames_processed"] == 0 and info["phase"] == "scale_frames"
@@ -207,7 +207,7 @@ def test_reset_restarts_the_stream_and_keeps_the_allocation():
     assert len(s.trajectory) == 0
     out = run(s, frames(3, seed=5), first=100)
     assert [r.index for r in out] == [0, 1, 2]
-    assert s._runner.kv_cache.storage.data.data_ptr() == ptr
+    assert s.runner.kv_cache.storage.data.data_ptr() == ptr
 
 
 def test_depth_head_off_still_gives_poses():
@@ -225,8 +225,8 @@ def test_a_dropped_session_frees_its_caches_without_the_garbage_collector():
     try:
         s = session(keyframes=KeyframeConfig(policy="every_n", n=2))
         run(s, frames(6))
-        storage = weakref.ref(s._runner.kv_cache.storage)
-        camera = weakref.ref(s._runner.camera_cache)
+        storage = weakref.ref(s.runner.kv_cache.storage)
+        camera = weakref.ref(s.runner.camera_cache)
         del s
         assert storage() is None and camera() is None
     finally:

@@ -56,7 +56,7 @@ def test_ten_thousand_frames_at_constant_memory_and_cached_tokens(one_thread):
         s.push(img, 1_000 + i)
         if i >= 300 and i % 50 == 0:
             info = s.info()
-            samples.append((s._runner.kv_cache.storage.data.data_ptr(), info["cache"]["bytes_reserved"],
+            samples.append((s.runner.kv_cache.storage.data.data_ptr(), info["cache"]["bytes_reserved"],
                             info["camera_cache"]["bytes_reserved"],
                             info["camera_cache"]["capacity_frames"],
                             info["cache"]["tokens_visible"], info["cache"]["frames_cached"]))

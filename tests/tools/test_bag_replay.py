@@ -228,3 +228,19 @@ def test_parse_args():
         assert exc.value.code == 2
     with pytest.raises(ValueError, match="rate"):
         ReplayOptions(bag=opts.bag, rate=-1)
+
+
+def test_ros_args_go_to_rclpy_and_the_rest_is_ours():
+    """As a launch_ros Node: ``--ros-args ... [--]`` sections (node name, remaps) are handed
+    to rclpy; the tool's own ``--remap a:=b`` values stay the tool's."""
+    opts = parse_args(["b", "--remap", "a:=/b", "--ros-args", "-r", "__node:=player", "-r",
+                       "/camera/image_raw:=/cam", "--", "--loop", "--ros-args", "-p",
+                       "use_sim_time:=false"])
+    assert opts.remaps == (("/a", "/b"),) and opts.loop
+    assert opts.ros_args == ("--ros-args", "-r", "__node:=player", "-r",
+                             "/camera/image_raw:=/cam", "--", "--ros-args", "-p",
+                             "use_sim_time:=false")
+    assert parse_args(["b"]).ros_args == ()
+    with pytest.raises(SystemExit) as exc:  # malformed ROS arguments: rcl's message, status 2
+        parse_args(["b", "--ros-args", "-r", "nonsense"])
+    assert exc.value.code == 2

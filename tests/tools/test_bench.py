@@ -1,6 +1,8 @@
 """lingbot-ros-bench runs (tiny network, CPU, a few frames) and writes its JSON report."""
 import json
 
+import pytest
+
 from lingbot_ros.tools.bench import main
 
 
@@ -15,10 +17,15 @@ def test_bench_reports_latency_fps_memory_cache_and_parity_per_config(tmp_path):
     assert report["command"].startswith("lingbot-ros-bench --preset tiny")
     assert [r["frames"] for r in report["runs"]] == [24, 30, 24]
     for r in report["runs"]:
-        assert r["fps_per_1000_frames"] == [] and r["fps_overall"] > 0 and r["last_over_first"] > 0
+        assert r["fps_per_1000_frames"] == []  # fewer than 1,000 streaming frames
+        # the frame rate is the one of the loop's own times: no slower than its slowest frame
+        assert 1e3 / r["latency_ms"]["max"] <= r["fps_overall"]
+        assert r["last_over_first"] == pytest.approx(r["fps_last_10pct"] / r["fps_first_10pct"])
         assert r["latency_ms"]["p50"] <= r["latency_ms"]["p90"] <= r["latency_ms"]["p99"] \
             <= r["latency_ms"]["max"]
-        assert r["cache"]["frames_cached"] <= 8 + 64
+        # the 8 anchors plus the segment's keyframes, bounded by the rollover every 12
+        # keyframes (the window of 64 never fills)
+        assert 8 <= r["cache"]["frames_cached"] < 12
         assert r["fast_path"] == "eager (device cpu)" if r["config"] != "eager" \
             else r["fast_path"] == "eager (cuda_graphs off)"
     assert "gpu_ms_per_frame" not in report["runs"][1]  # every2 was not asked to profile
@@ -73,6 +80,7 @@ def test_bench_at_a_camera_rate_reports_each_frames_own_latency(tmp_path):
     assert [r["pipelined"] for r in runs] == [True, False]
     for r in runs:
         assert r["rate_hz"] == 40 and r["frames_failed"] == 0
-        # paced: 12 streaming frames span at least 11 periods, however fast the step
-        assert r["fps_overall"] <= 40 * 12 / 11
+        # paced: frame i is handed in no earlier than i periods after the start, however
+        # fast the step (and however late a loaded machine makes any frame)
+        assert r["last_hand_in_s"] >= 19 / 40
         assert 0 < r["result_latency_ms"]["p50"] <= r["result_latency_ms"]["p99"]

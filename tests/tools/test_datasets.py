@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from lingbot_ros.session.poses import read_tum, tq_to_matrix
+from lingbot_ros.geometry import read_tum, tq_to_matrix
 from lingbot_ros.tools.datasets import (FORMATS, Dataset, GroundTruth, detect_format,
                                         open_dataset, write_ground_truth_tum)
 from lingbot_ros.tools.datasets.kitti import T_c0_camera, camera_offset, read_calib
@@ -332,7 +332,7 @@ def test_seven_scenes(tmp_path):
         ds = open_dataset(seq, format=fmt)
         assert ds.format == "seven_scenes" and len(ds.source) == 4
         assert ds.description == ("7-Scenes chess/seq-01: 4 images at 30 fps, "
-                                  "ground truth 4 poses")
+                                  "ground truth 4 poses, 4 depth images")
         frames, stamps, values = read_all(ds)
         assert stamps == [0, 33333333, 100000000]
         assert values == [pixel(0), pixel(1), pixel(3)]

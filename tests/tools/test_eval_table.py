@@ -71,3 +71,23 @@ def test_sequence_names_are_unique_folder_names(tmp_path):
     clip = tmp_path / "clip.mp4"
     clip.write_bytes(b"")
     assert sequence_names([tmp_path / "a", tmp_path / "b" / "a", clip]) == ["a", "a_2", "clip"]
+
+
+def test_with_a_scale_the_table_has_the_se3_ate_in_metres(tmp_path, sequences):
+    from lingbot_ros.tools.eval_table import parse_args
+    from lingbot_ros.tools.fleet import run_settings, settings_digest
+    out = tmp_path / "eval"
+    assert main([str(sequences[0]), "--policies", "all", "--out", str(out), "--scale",
+                 "fixed:0.5", *FAST]) == 0
+    row, = list(csv.DictReader((out / "table.csv").open()))
+    summary = json.loads((out / "results.json").read_text())[0]["summary"]
+    ev = summary["evaluation"]
+    assert ev["estimate_units"] == "m" and summary["scale"]["metres_per_unit"] == 0.5
+    assert float(row["ate_se3_metres_rmse"]) == pytest.approx(ev["ate_se3_metres"]["rmse"])
+    assert float(row["metres_per_unit"]) == 0.5
+    assert "ATE SE(3) metres RMSE" in (out / "table.md").read_text()
+    # the scale is part of a work unit's configuration (and of the resume digest)
+    plain = run_settings(parse_args([str(sequences[0])]))
+    scaled = run_settings(parse_args([str(sequences[0]), "--scale", "fixed:0.5"]))
+    assert scaled["scale"] == "fixed:0.5" and plain["scale"] == "none"
+    assert settings_digest(plain) != settings_digest(scaled)

@@ -9,7 +9,7 @@ from evo.core import metrics, sync
 from evo.tools import file_interface
 
 from lingbot_ros.tools.offline import main
-from lingbot_ros.session import read_ply
+from lingbot_ros.geometry import read_ply
 from lingbot_ros.tools.synthetic import render_sequence
 from lingbot_ros.tools.synthetic_writers import write_bag, write_image_folder, write_video
 
@@ -56,11 +56,24 @@ def test_image_folder_with_a_corrupt_file_ply_plot_and_gt(tmp_path, seq):
     assert s["stamps"]["duration_s"] == pytest.approx(15 / 30, abs=1e-6)
     xyz, rgb = read_ply(out / "points.ply")
     assert len(xyz) == s["num_points"] > 0 and np.isfinite(xyz).all() and rgb.dtype == np.uint8
+    # the keyframe points went through the node's voxel map: one point per voxel, bounded
+    voxel = s["point_map"]["voxel_size"]
+    assert s["point_map"]["initial_voxel_size"] == 0.005 and s["num_points"] <= 2_000_000
+    keys = np.floor(xyz.astype(np.float64) / voxel)
+    assert len(np.unique(keys, axis=0)) == len(xyz)
     assert (out / "trajectory.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     traj = file_interface.read_tum_trajectory_file(str(out / "trajectory.tum"))
     assert traj.num_poses == 15
     np.testing.assert_allclose(traj.positions_xyz[0], 0.0, atol=1e-9)  # world = first camera
     assert ape_against_itself(out / "trajectory.tum") == 0.0
+
+
+@pytest.mark.parametrize("flag,value", [("--ply-voxel", "0"), ("--ply-max-points", "3")])
+def test_a_bad_point_map_setting_fails_before_the_run(tmp_path, seq, caplog, flag, value):
+    written = write_image_folder(seq, tmp_path / "frames")
+    out = tmp_path / "out"
+    assert main([str(written.path), "--out", str(out), "--ply", flag, value, *FAST]) == 2
+    assert not out.exists()  # nothing was run nor written
 
 
 def test_video(tmp_path, seq):
@@ -123,7 +136,7 @@ def test_progress_totals_come_from_the_source(tmp_path, seq):
 def test_ground_truth_shifted_by_a_millisecond_still_associates(tmp_path, seq):
     """The issue's case: exact stamp matching found nothing; evo's nearest-stamp rule (10 ms)
     associates every pose, and the numbers are evo's (tests/tools/test_trajectory_eval.py)."""
-    from lingbot_ros.session import read_tum, write_tum
+    from lingbot_ros.geometry import read_tum, write_tum
     written = write_image_folder(seq, tmp_path / "frames")
     stamps, poses = read_tum(written.gt_path)
     shifted = tmp_path / "shifted.tum"

@@ -8,8 +8,7 @@ from evo.core import sync
 from evo.tools import file_interface
 from scipy.spatial.transform import Rotation
 
-from lingbot_ros.session.poses import write_tum
-from lingbot_ros.session.sim3 import Sim3, umeyama
+from lingbot_ros.geometry import Sim3, umeyama, write_tum
 from lingbot_ros.tools import plot
 from lingbot_ros.tools.plot import (MATPLOTLIB_HINT, plot_data, plot_evaluation,
                                     require_matplotlib, view_axes)

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from lingbot_ros.session.keyframes import camera_motion_flow
-from lingbot_ros.session.poses import c2w_to_map, read_tum
+from lingbot_ros.geometry import c2w_to_map, read_tum
 from lingbot_ros.tools import synthetic
 from lingbot_ros.tools.synthetic import default_intrinsics, render_sequence
-from lingbot_ros.tools.synthetic_writers import (gt_path_for, write_bag, write_image_folder,
+from lingbot_ros.tools.synthetic_writers import (DEFAULT_DEPTH_TOPIC, depth_to_u16,
+                                                 gt_path_for, write_bag, write_image_folder,
                                                  write_video)
 
 
@@ -124,7 +125,8 @@ def test_bag_writer(seq, tmp_path, storage):
         topics = {c.topic: c.msgtype for c in reader.connections}
         assert topics == {"/camera/image_raw": "sensor_msgs/msg/Image",
                           "/camera/image_raw/compressed": "sensor_msgs/msg/CompressedImage",
-                          "/camera/camera_info": "sensor_msgs/msg/CameraInfo"}
+                          "/camera/camera_info": "sensor_msgs/msg/CameraInfo",
+                          DEFAULT_DEPTH_TOPIC: "sensor_msgs/msg/Image"}
         n = {t: 0 for t in topics}
         for conn, t_bag, raw in reader.messages():
             msg = reader.deserialize(raw, conn.msgtype)
@@ -133,7 +135,12 @@ def test_bag_writer(seq, tmp_path, storage):
             stamp = msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec
             assert stamp == t_bag == seq.stamps_ns[k]
             assert msg.header.frame_id == "camera_optical_frame"
-            if conn.msgtype.endswith("/Image"):
+            if conn.topic == DEFAULT_DEPTH_TOPIC:  # the aligned depth, 16UC1 millimetres
+                assert (msg.encoding, msg.step, msg.height, msg.width) == ("16UC1", 320, 120, 160)
+                mm = msg.data.view("<u2").reshape(120, 160)
+                assert np.array_equal(mm, depth_to_u16(seq.depths[k], 1000.0))
+                assert np.abs(mm / 1000.0 - seq.depths[k]).max() <= 0.0005 + 1e-6
+            elif conn.msgtype.endswith("/Image"):
                 assert (msg.encoding, msg.step, msg.height, msg.width) == ("rgb8", 480, 120, 160)
                 assert np.array_equal(msg.data.reshape(120, 160, 3), seq.images[k])
             elif conn.msgtype.endswith("CameraInfo"):

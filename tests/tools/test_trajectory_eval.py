@@ -8,8 +8,7 @@ from evo.core.trajectory import PoseTrajectory3D
 from evo.tools import file_interface
 from scipy.spatial.transform import Rotation
 
-from lingbot_ros.session.poses import read_tum, write_tum
-from lingbot_ros.session.sim3 import Sim3
+from lingbot_ros.geometry import Sim3, read_tum, write_tum
 from lingbot_ros.tools.trajectory_eval import associate, ate, evaluate, rpe
 
 T0 = 1_700_000_000_000_000_000  # epoch-sized stamps, as recordings have

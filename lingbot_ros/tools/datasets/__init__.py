@@ -38,6 +38,12 @@ the camera read, in the dataset's world:
 * ``bag`` -- a rosbag2 folder or a ``.db3``/``.mcap``/``.bag`` file. Stamps: the headers (or
   the record times). No ground truth.
 
+Depth and camera height (for ``--scale``): ``Dataset.depth`` is the aligned sensor depth
+where the dataset has it (a :class:`~lingbot_ros.tools.depth_stream.DepthStream`: TUM RGB-D's
+``depth.txt``, 16-bit PNG at 5000 per metre; 7-Scenes' ``frame-N.depth.png``, millimetres,
+65535 invalid; a bag's ``depth_topic`` or ``/camera/aligned_depth_to_color/image_raw``), in
+:mod:`lingbot_ros.tools.datasets.depth`. ``Dataset.camera_height_m`` is KITTI's 1.65 m.
+
 ``stamps``: ``'auto'`` everywhere (the dataset's own); ``folder`` also takes ``'filename'`` and
 ``'fps'``, ``video`` ``'fps'``, ``seven_scenes`` ``'fps'`` (the same as auto), ``bag``
 ``'header'`` and ``'bag'``; anything else is a ValueError. ``fps`` is used by ``folder``
@@ -60,13 +66,15 @@ Usage::
         stamps_ns, poses = ds.ground_truth                  # (N,), (N, 4, 4) camera-to-world
         write_ground_truth_tum(ds, "out/groundtruth.tum")   # beside trajectory.tum, for evo
 
-:func:`write_ground_truth_tum` writes with :func:`lingbot_ros.session.poses.write_tum`
-(callers holding the arrays may call that directly). The session's pose helpers are imported
-lazily (the session package imports torch): importing this package does not import torch,
-opening a dataset that parses times or poses does.
+:func:`write_ground_truth_tum` writes with :func:`lingbot_ros.geometry.write_tum`
+(callers holding the arrays may call that directly). Times and poses are parsed with
+:mod:`lingbot_ros.geometry` (numpy only): reading a dataset never imports torch.
 """
 from .common import Dataset, GroundTruth, write_ground_truth_tum
+from .depth import (SEVEN_SCENES_INVALID, TUM_DEPTH_FACTOR, read_seven_scenes_depth,
+                    read_tum_depth)
 from .detect import FORMATS, detect_format, open_dataset
 
 __all__ = ["FORMATS", "Dataset", "GroundTruth", "detect_format", "open_dataset",
-           "write_ground_truth_tum"]
+           "write_ground_truth_tum", "TUM_DEPTH_FACTOR", "SEVEN_SCENES_INVALID",
+           "read_tum_depth", "read_seven_scenes_depth"]

@@ -1,14 +1,19 @@
 """A rosbag2 (sqlite3 or mcap directory or storage file) or ROS 1 bag (``--format bag``),
 read by :class:`lingbot_ros.tools.bag_source.BagSource`: one image topic (``topic=None``
-picks the only one), stamps from the message headers (``stamps='auto'`` or ``'header'``) or
-the record times (``'bag'``). No ground truth.
+picks the only one whose name does not say ``depth``), stamps from the message headers
+(``stamps='auto'`` or ``'header'``) or the record times (``'bag'``). No ground truth.
+
+Depth (``Dataset.depth``, for ``--scale depth``): the ``depth_topic`` given, else
+:data:`~lingbot_ros.tools.bag_source.DEFAULT_DEPTH_TOPIC`
+(``/camera/aligned_depth_to_color/image_raw``) when the bag has it; 16UC1/mono16 mm or 32FC1
+m, header stamps, read beside the colour frames (``BagDepthStream``).
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Optional
 
-from ..bag_source import BagSource
+from ..bag_source import DEFAULT_DEPTH_TOPIC, BagDepthStream, BagSource, list_image_topics
 from .common import Dataset
 
 __all__ = ["NAME", "LOOKS_FOR", "BAG_SUFFIXES", "locate", "missing", "open_bag"]
@@ -32,10 +37,15 @@ def missing(path: Path) -> str:
 
 
 def open_bag(path: Path, *, stamps: str = "auto", fps: float = 30.0,
-             topic: Optional[str] = None) -> Dataset:
+             topic: Optional[str] = None, depth_topic: Optional[str] = None) -> Dataset:
     if stamps not in ("auto", "header", "bag"):
         raise ValueError(f"bag stamps must be 'auto', 'header' or 'bag', got {stamps!r}")
     source = BagSource(path, topic, "header" if stamps == "auto" else stamps)
     how = "header stamps" if source.stamp_source == "header" else "record times"
     desc = f"bag {path.name}: topic {source.topic} ({source.msgtype}), {how}"
-    return Dataset(source, None, NAME, desc, path)
+    if depth_topic is None and DEFAULT_DEPTH_TOPIC in list_image_topics(path):
+        depth_topic = DEFAULT_DEPTH_TOPIC
+    depth = BagDepthStream(path, depth_topic) if depth_topic else None
+    if depth is not None:
+        desc += f", {depth.description}"
+    return Dataset(source, None, NAME, desc, path, depth=depth)

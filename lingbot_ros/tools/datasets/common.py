@@ -4,8 +4,7 @@ make ground truth sorted, unique and rigid.
 
 Ground truth is converted once, when a dataset is opened: float64 camera-to-world poses
 (N, 4, 4) of the camera whose images are read, in the dataset's world frame, sorted by stamp,
-no stamp twice. The session's pose helpers (:mod:`lingbot_ros.session.poses`) are imported
-lazily: the session package imports torch.
+no stamp twice, with the pose helpers of :mod:`lingbot_ros.geometry` (numpy only).
 """
 from __future__ import annotations
 
@@ -18,7 +17,9 @@ from typing import Iterator, NamedTuple, Optional, Sequence
 
 import numpy as np
 
+from ...geometry import format_stamp, parse_stamp, write_tum
 from ..frame import FrameSource, PathLike
+from ..depth_stream import DepthStream
 
 __all__ = ["Dataset", "GroundTruth", "RIGID_TOLERANCE", "check_rigid", "count",
            "line_error", "make_ground_truth", "parse_finite", "parse_nanoseconds",
@@ -45,13 +46,18 @@ class GroundTruth(NamedTuple):
 class Dataset:
     """An opened sequence: ``source`` yields its frames with its own stamps; ``ground_truth``
     is a :class:`GroundTruth` (a 2-tuple) or None; ``format`` one of ``FORMATS``;
-    ``description`` one line for logs; ``path`` the sequence folder (or file) opened."""
+    ``description`` one line for logs; ``path`` the sequence folder (or file) opened;
+    ``depth`` the aligned sensor depth (a :class:`~.depth.DepthStream`) where the dataset has
+    it, else None; ``camera_height_m`` the camera's height over the ground where the dataset
+    states it (KITTI: 1.65 m), else None."""
 
     source: FrameSource
     ground_truth: Optional[GroundTruth]
     format: str
     description: str
     path: Path
+    depth: Optional[DepthStream] = None
+    camera_height_m: Optional[float] = None
 
 
 def require_auto_stamps(format: str, source: str, stamps: str) -> None:
@@ -86,8 +92,7 @@ def read_index_lines(path: Path) -> Iterator[tuple[int, str]]:
 
 def parse_seconds(text: str, path: PathLike, line: int) -> int:
     """Decimal seconds (``1305031102.175304``, ``1.036633e-01``) -> integer ns, exactly
-    (:func:`lingbot_ros.session.poses.parse_stamp`); ValueError naming ``file:line`` else."""
-    from ...session.poses import parse_stamp  # the session package imports torch: lazily
+    (:func:`lingbot_ros.geometry.parse_stamp`); ValueError naming ``file:line`` else."""
     try:
         return parse_stamp(text)
     except ValueError:
@@ -150,7 +155,6 @@ def make_ground_truth(stamps_ns: Sequence[int], poses, labels: Sequence[str]
     s = stamps[order]
     dup = np.flatnonzero(np.diff(s) == 0)
     if dup.size:
-        from ...session.poses import format_stamp  # lazily: torch
         i = int(dup[0])
         raise ValueError(f"ground truth has stamp {format_stamp(int(s[i]))} s twice "
                          f"({labels[order[i]]} and {labels[order[i + 1]]}); "
@@ -169,10 +173,9 @@ def require_some_image(entries: Sequence[tuple[int, Path]], index: PathLike) -> 
 
 def write_ground_truth_tum(dataset: Dataset, path: PathLike) -> Path:
     """Write ``dataset.ground_truth`` as a TUM file (``timestamp tx ty tz qx qy qz qw``, the
-    stamps written exactly from integer ns) with :func:`lingbot_ros.session.poses.write_tum`;
+    stamps written exactly from integer ns) with :func:`lingbot_ros.geometry.write_tum`;
     atomic. ValueError when the dataset has no ground truth."""
     if dataset.ground_truth is None:
         raise ValueError(f"{dataset.format} dataset {dataset.path} has no ground truth")
-    from ...session.poses import write_tum  # lazily: torch
     stamps, poses = dataset.ground_truth
     return write_tum(path, stamps, poses)

@@ -47,9 +47,11 @@ def detect_format(path: PathLike) -> tuple[str, Path]:
 
 
 def open_dataset(path: PathLike, format: str = "auto", stamps: str = "auto",
-                 fps: float = 30.0, topic: Optional[str] = None) -> Dataset:
+                 fps: float = 30.0, topic: Optional[str] = None,
+                 depth_topic: Optional[str] = None) -> Dataset:
     """Open a sequence as published: its frames with its own stamps and its ground truth
-    converted to the read camera's camera-to-world poses. See the package docstring."""
+    converted to the read camera's camera-to-world poses. See the package docstring.
+    ``depth_topic``: a bag's aligned depth topic (bags only; ValueError elsewhere)."""
     if format != "auto" and format not in FORMATS:
         raise ValueError(f"unknown format {format!r}: one of auto, {', '.join(FORMATS)}")
     if stamps not in STAMPS:
@@ -67,4 +69,10 @@ def open_dataset(path: PathLike, format: str = "auto", stamps: str = "auto",
         if root is None:
             raise ValueError(f"{p} is not a {format} dataset: "
                              f"{LAYOUTS[format].missing(p)}")
+    if format == "bag":
+        return OPENERS[format](root, stamps=stamps, fps=fps, topic=topic,
+                               depth_topic=depth_topic)
+    if depth_topic is not None:
+        raise ValueError(f"a depth topic ({depth_topic}) applies to bags only, not to a "
+                         f"{format} sequence")
     return OPENERS[format](root, stamps=stamps, fps=fps, topic=topic)

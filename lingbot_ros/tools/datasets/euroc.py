@@ -27,6 +27,7 @@ from typing import Optional
 
 import numpy as np
 
+from ...geometry import tq_to_matrix
 from ..frame_sources import ImageListSource
 from .common import (Dataset, require_auto_stamps, RIGID_TOLERANCE, check_rigid, count, line_error,
                      make_ground_truth, parse_finite, parse_nanoseconds, read_index_lines,
@@ -95,7 +96,6 @@ def read_ground_truth(path: Path, T_BS: np.ndarray):
             raise line_error(path, no, "zero quaternion")
         rows.append(row)
         labels.append(f"{path}:{no}")
-    from ...session.poses import tq_to_matrix  # lazily: torch
     arr = np.asarray(rows, dtype=np.float64).reshape(-1, 7)
     q_xyzw = arr[:, [4, 5, 6, 3]]  # the file's order is w, x, y, z
     T_W_body = tq_to_matrix(arr[:, :3], q_xyzw)

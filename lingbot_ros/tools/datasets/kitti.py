@@ -26,6 +26,9 @@ t_x = -0.54 m puts camera 1, the right grey camera, 54 cm to the right). Hence::
     T_w_c2  = T_w_c0 @ T_c0_c2
 
 Published poses are used as read (checked rigid within RIGID_TOLERANCE).
+
+Camera height: the cameras sit 1.65 m over the road (the KITTI setup's drawing), given as
+``Dataset.camera_height_m`` for ``--scale camera_height`` without a height.
 """
 from __future__ import annotations
 
@@ -39,12 +42,13 @@ from ..frame_sources import IMAGE_EXTENSIONS, ImageListSource
 from .common import (Dataset, require_auto_stamps, check_rigid, count, line_error, make_ground_truth, parse_finite,
                      parse_seconds, read_index_lines, require_some_image)
 
-__all__ = ["NAME", "LOOKS_FOR", "CAMERA", "locate", "missing", "open_kitti", "read_calib",
+__all__ = ["NAME", "LOOKS_FOR", "CAMERA", "CAMERA_HEIGHT_M", "locate", "missing", "open_kitti", "read_calib",
            "camera_offset", "T_c0_camera"]
 
 NAME = "kitti"
 LOOKS_FOR = "image_2/ and times.txt"
 CAMERA = 2  # image_2: the left colour camera
+CAMERA_HEIGHT_M = 1.65  # the cameras' height over the road (the KITTI setup)
 log = logging.getLogger("lingbot_ros.datasets")
 
 
@@ -156,4 +160,4 @@ def open_kitti(seq: Path, *, stamps: str = "auto", fps: float = 30.0,
         gt = None
         gt_text = f"no ground truth ({poses} not found; KITTI has it for 00-10 only)"
     desc = f"KITTI odometry {name} image_{CAMERA}: {count(len(entries), 'image')}, {gt_text}"
-    return Dataset(source, gt, NAME, desc, seq)
+    return Dataset(source, gt, NAME, desc, seq, camera_height_m=CAMERA_HEIGHT_M)

@@ -2,7 +2,7 @@
 
     chess/seq-01/
         frame-000000.color.png   # the images read
-        frame-000000.depth.png   # ignored
+        frame-000000.depth.png   # 16-bit millimetres, 65535 = no reading
         frame-000000.pose.txt    # 4x4 camera-to-world, whitespace separated
 
 There are no timestamps: frame n is stamped ``round(n * 1e9 / fps)`` (30 Hz by default, the
@@ -13,6 +13,11 @@ a colour image or a pose: a pose without its image counts as a missing image.
 Ground truth: the pose files, camera-to-world of the (colour) camera in the scene's world,
 used as is, at the stamps of their frame numbers. A pose file holding a NaN or an infinity
 (no pose for that frame) is left out of the ground truth and logged.
+
+Depth: the ``frame-N.depth.png`` files (16-bit millimetres, 65535 = no reading), at their
+frame's stamp, as ``Dataset.depth`` (32FC1 metres) for ``--scale depth``. Note: the
+published 7-Scenes depth is *not* registered to the colour camera (the Kinect's depth
+camera sits beside it): a depth scale from it is approximate.
 """
 from __future__ import annotations
 
@@ -27,13 +32,14 @@ import numpy as np
 from ..frame_sources import ImageListSource
 from .common import (Dataset, count, line_error, make_ground_truth, read_index_lines,
                      require_some_image)
+from .depth import DepthFileList, read_seven_scenes_depth
 
 __all__ = ["NAME", "LOOKS_FOR", "locate", "missing", "open_seven_scenes", "read_pose_file"]
 
 NAME = "seven_scenes"
 LOOKS_FOR = "frame-XXXXXX.color.png"
 log = logging.getLogger("lingbot_ros.datasets")
-_FRAME = re.compile(r"frame-(\d+)\.(color\.png|pose\.txt)")
+_FRAME = re.compile(r"frame-(\d+)\.(color\.png|pose\.txt|depth\.png)")
 
 
 def _has_color(path: Path) -> bool:
@@ -75,11 +81,12 @@ def open_seven_scenes(seq: Path, *, stamps: str = "auto", fps: float = 30.0,
                          f"stamps must be 'auto' or 'fps', got {stamps!r}")
     if not (isinstance(fps, (int, float)) and math.isfinite(fps) and fps > 0):
         raise ValueError(f"fps must be a positive number, got {fps!r}")
-    colors, poses = {}, {}
+    colors, poses, depths = {}, {}, {}
+    kinds = {"color.png": colors, "pose.txt": poses, "depth.png": depths}
     for p in seq.iterdir():
         m = _FRAME.fullmatch(p.name)
         if m and p.is_file():
-            (colors if m.group(2) == "color.png" else poses)[int(m.group(1))] = p
+            kinds[m.group(2)][int(m.group(1))] = p
     numbers = sorted(set(colors) | set(poses))
 
     def stamp(n: int) -> int:
@@ -104,6 +111,11 @@ def open_seven_scenes(seq: Path, *, stamps: str = "auto", fps: float = 30.0,
                else "no ground truth (no finite frame-XXXXXX.pose.txt)")
     if invalid:
         gt_text += f" ({invalid} not finite, left out)"
+    depth = (DepthFileList([(stamp(n), p) for n, p in depths.items()],
+                           read_seven_scenes_depth,
+                           f"7-Scenes depth: {count(len(depths), 'depth image')}, mm")
+             if depths else None)
     desc = (f"7-Scenes {seq.resolve().parent.name}/{seq.resolve().name}: "
-            f"{count(len(entries), 'image')} at {fps:g} fps, {gt_text}")
-    return Dataset(source, gt, NAME, desc, seq)
+            f"{count(len(entries), 'image')} at {fps:g} fps, {gt_text}"
+            + (f", {count(len(depths), 'depth image')}" if depths else ""))
+    return Dataset(source, gt, NAME, desc, seq, depth=depth)

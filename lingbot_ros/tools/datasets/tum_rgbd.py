@@ -7,7 +7,12 @@
 
 Stamps are rgb.txt's, in seconds with microseconds, read to integer ns exactly. Ground truth
 is the pose of the RGB camera's optical frame in the motion-capture world (the benchmark's
-own convention), quaternion x, y, z, w: used as is. Depth (depth.txt) is not read.
+own convention), quaternion x, y, z, w: used as is.
+
+Depth: ``depth.txt`` (``timestamp filename``, its own stamps) lists 16-bit PNGs of 5000 units
+per metre (0 = no reading), registered to the RGB camera: read as ``Dataset.depth``
+(:class:`~.depth.DepthFileList`, 32FC1 metres), associated by nearest stamp (for
+``--scale depth``). An absent or empty depth.txt: no depth.
 """
 from __future__ import annotations
 
@@ -16,11 +21,14 @@ from typing import Optional
 
 import numpy as np
 
+from ...geometry import tq_to_matrix
 from ..frame_sources import ImageListSource
-from .common import (Dataset, require_auto_stamps, GroundTruth, count, line_error, make_ground_truth, parse_finite,
-                     parse_seconds, read_index_lines, require_some_image)
+from .common import (Dataset, GroundTruth, count, line_error, make_ground_truth, parse_finite,
+                     parse_seconds, read_index_lines, require_auto_stamps, require_some_image)
+from .depth import DepthFileList, read_tum_depth
 
-__all__ = ["NAME", "LOOKS_FOR", "locate", "missing", "open_tum_rgbd", "read_tum_ground_truth"]
+__all__ = ["NAME", "LOOKS_FOR", "locate", "missing", "open_tum_rgbd", "read_tum_ground_truth",
+           "read_stamped_list"]
 
 NAME = "tum_rgbd"
 LOOKS_FOR = "rgb.txt"
@@ -50,7 +58,6 @@ def read_tum_ground_truth(path: Path) -> GroundTruth:
             raise line_error(path, no, "zero quaternion")
         rows.append(row)
         labels.append(f"{path}:{no}")
-    from ...session.poses import tq_to_matrix  # lazily: torch
     arr = np.asarray(rows, dtype=np.float64).reshape(-1, 7)
     return make_ground_truth(stamps, tq_to_matrix(arr[:, :3], arr[:, 3:]), labels)
 
@@ -59,6 +66,26 @@ def open_tum_rgbd(root: Path, *, stamps: str = "auto", fps: float = 30.0,
                   topic: Optional[str] = None) -> Dataset:
     require_auto_stamps("tum_rgbd", "rgb.txt", stamps)
     index = root / "rgb.txt"
+    entries = read_stamped_list(index, root)
+    source = ImageListSource(entries, index=str(index))
+    require_some_image(source.entries, index)
+    gt_file = root / "groundtruth.txt"
+    gt = read_tum_ground_truth(gt_file) if gt_file.is_file() else None
+    depth_index = root / "depth.txt"
+    depth_entries = read_stamped_list(depth_index, root) if depth_index.is_file() else []
+    depth = (DepthFileList(depth_entries, read_tum_depth, f"TUM depth.txt: "
+                           f"{count(len(depth_entries), 'depth image')}, 5000 per metre")
+             if depth_entries else None)
+    desc = (f"TUM RGB-D {root.resolve().name}: {count(len(entries), 'image')}, "
+            + (f"ground truth {count(len(gt.stamps_ns), 'pose')}" if gt is not None
+               else "no ground truth (no groundtruth.txt)")
+            + (f", {count(len(depth_entries), 'depth image')}" if depth is not None else ""))
+    return Dataset(source, gt, NAME, desc, root, depth=depth)
+
+
+def read_stamped_list(index: Path, root: Path) -> list[tuple[int, Path]]:
+    """rgb.txt / depth.txt -> ``[(stamp_ns, root / filename)]``; a line that is not
+    ``timestamp filename`` is a ValueError naming ``file:line``."""
     entries = []
     for no, line in read_index_lines(index):
         fields = line.split()
@@ -66,11 +93,4 @@ def open_tum_rgbd(root: Path, *, stamps: str = "auto", fps: float = 30.0,
             raise line_error(index, no, f"expected 'timestamp filename', got "
                                         f"{len(fields)} fields")
         entries.append((parse_seconds(fields[0], index, no), root / fields[1]))
-    source = ImageListSource(entries, index=str(index))
-    require_some_image(source.entries, index)
-    gt_file = root / "groundtruth.txt"
-    gt = read_tum_ground_truth(gt_file) if gt_file.is_file() else None
-    desc = (f"TUM RGB-D {root.resolve().name}: {count(len(entries), 'image')}, "
-            + (f"ground truth {count(len(gt.stamps_ns), 'pose')}" if gt is not None
-               else "no ground truth (no groundtruth.txt)"))
-    return Dataset(source, gt, NAME, desc, root)
+    return entries

@@ -1,0 +1,236 @@
+"""The node's parameters: one table, one row per parameter.
+
+A row gives the parameter's name, type, default, range or choices, description, and the
+config field it sets (``session.window``, ``node.queue_size``, ``settings.checkpoint``...).
+Everything else is derived from the rows: the ROS declaration with its descriptor
+(``params.declare``), the checks of ``ros2 param set`` while unconfigured
+(``params.check_update``), the configs built at configure (``params.build_settings``), the
+range checks of ``NodeConfig``, and the defaults listed in ``config/lingbot_ros.yaml`` and
+docs/node.md (a test keeps both equal to the table). Ranges live here and nowhere else; the
+choice lists are config.py's (the session's configs check them too).
+
+No rclpy and no torch here (stdlib and config.py only): ``NodeConfig`` (node_config.py)
+validates itself against these rows, and the torch-free TF code imports ``NodeConfig``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from ..config import (ATTENTION_BACKENDS, FLASHINFER_VARIANTS, FUSED_KERNEL_MODES,
+                      HEAD_PRECISIONS, KEYFRAME_POLICIES, MAX_KV_SPLITS, MODEL_PRESETS,
+                      PRECISIONS, STAMP_BACKWARDS_POLICIES)
+
+IMAGE_QOS = ("auto", "sensor_data", "reliable")  # qos.image (ros/image_input.py)
+
+
+def none_if_negative(value):
+    """-1 means "no bound" in ROS (no None there): the config's None."""
+    return None if value < 0 else value
+
+
+def none_if_zero(value):
+    return value or None
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str  # the ROS parameter
+    type: type  # bool, int, float or str (an int is accepted for a float)
+    default: Any
+    field: str  # the config field it sets: session.<f>, session.keyframes.<f>,
+    #             session.preprocess.<f>, node.<f> or settings.<f>
+    description: str
+    range: Optional[tuple[float, float]] = None  # inclusive, advertised in the descriptor
+    choices: tuple = ()
+    step: int = 0  # int only: the value is range[0] plus a multiple of it (0: any)
+    to_config: Optional[Callable[[Any], Any]] = None  # the ROS value -> the field's (None: same)
+
+    @property
+    def attribute(self) -> str:
+        """The field's name in its config (``window`` for ``session.window``)."""
+        return self.field.rsplit(".", 1)[1]
+
+    def config_value(self, value):
+        value = float(value) if self.type is float else value
+        return self.to_config(value) if self.to_config is not None else value
+
+
+def check_value(p: Param, value, label: Optional[str] = None) -> None:
+    """ValueError unless ``value`` has ``p``'s type and lies in its range or choices; the
+    message starts with ``label`` (default: ``parameter '<name>'``)."""
+    label = label or f"parameter {p.name!r}"
+    if type(value) is not p.type and not (p.type is float and type(value) is int):
+        raise ValueError(f"{label} must be {p.type.__name__}, got {value!r}")
+    if p.choices and value not in p.choices:
+        raise ValueError(f"{label} must be one of {list(p.choices)}, got {value!r}")
+    if p.range is not None and not p.range[0] <= value <= p.range[1]:
+        raise ValueError(f"{label} must be in [{p.range[0]}, {p.range[1]}], got {value!r}")
+    if p.step and (value - p.range[0]) % p.step:
+        raise ValueError(f"{label} must be a multiple of {p.step}, got {value!r}"
+                         if p.range[0] % p.step == 0 else
+                         f"{label} must be {p.range[0]} plus a multiple of {p.step}, "
+                         f"got {value!r}")
+
+
+P = Param
+PARAMS: tuple[Param, ...] = (
+    P("autostart", bool, True, "settings.autostart",
+      "configure and activate on start (no lifecycle manager)"),
+    P("warmup", bool, True, "settings.warmup",
+      "run a short dummy stream at configure so frame 1 is not slow"),
+    # --- model
+    P("checkpoint", str, "", "settings.checkpoint",
+      "LingBot-Map weights (.pt/.safetensors); empty = random weights"),
+    P("model.trust_pickle", bool, False, "settings.trust_pickle",
+      "allow full unpickling of a .pt checkpoint that torch.load(weights_only=True) refuses: "
+      "runs code from the file, only for a trusted file (better: convert it once with "
+      "lingbot-ros-convert-checkpoint)"),
+    P("model.preset", str, "tiny", "settings.preset", "network size without a checkpoint "
+      "(with one, the file's shapes pick the release's size or this one)", choices=MODEL_PRESETS),
+    P("device", str, "cpu", "session.device", "torch device: cpu | cuda | cuda:N"),
+    P("precision", str, "auto", "settings.precision",
+      "auto (bf16 aggregator on CUDA) | fp32 | bf16", choices=PRECISIONS),
+    P("camera_head.precision", str, "fp32", "settings.camera_head_precision",
+      "camera head: fp32 (the reference) | bf16 (1.2 ms faster on an H200, pose within "
+      "1.1e-2)", choices=HEAD_PRECISIONS),
+    P("attention.backend", str, "auto", "session.attention_backend",
+      "auto (flashinfer on CUDA when installed) | torch_ref | flashinfer",
+      choices=ATTENTION_BACKENDS),
+    P("attention.flashinfer_variant", str, "auto", "session.flashinfer_variant",
+      "auto (fa3 on Hopper, else fa2) | fa2 | fa3", choices=FLASHINFER_VARIANTS),
+    P("attention.cuda_graphs", bool, True, "session.cuda_graphs",
+      "replay streaming steps as CUDA graphs (CUDA + flashinfer; else eager)"),
+    P("attention.kv_splits", int, 4, "session.kv_splits",
+      "flashinfer split-KV parts per attention call (fills the GPU; 1 = off)",
+      range=(1, MAX_KV_SPLITS)),
+    P("attention.fused_kernels", str, "auto", "session.fused_kernels",
+      "fused Triton kernels (q/k norm + RoPE, K/V write, residual + LayerNorm, split-KV "
+      "merge): auto (CUDA + bf16 + Triton) | on | off", choices=FUSED_KERNEL_MODES),
+    # --- input
+    P("input.width", int, 518, "session.preprocess.width", "model input width, multiple of 14",
+      range=(14, 4088), step=14),
+    P("input.height", int, 0, "session.preprocess.height",
+      "model input height, multiple of 14; 0 = from the aspect", range=(0, 4088),
+      step=14, to_config=none_if_zero),
+    P("max_image_pixels", int, 4096 * 4096, "node.max_image_pixels",
+      "larger images are rejected", range=(1, 2**31 - 1)),
+    # --- streaming session
+    P("session.num_scale_frames", int, 8, "session.num_scale_frames",
+      "anchor frames processed together first", range=(1, 64)),
+    P("session.rollover_keyframes", int, 320, "session.rollover_keyframes",
+      "keyframes per segment (then a new Sim(3)-aligned segment); 0 = never roll over",
+      range=(0, 100_000), to_config=none_if_zero),
+    P("session.with_depth", bool, True, "session.with_depth",
+      "run the depth head on every frame (else only for frames whose depth is read)"),
+    P("session.on_stamp_backwards", str, "reset", "session.on_stamp_backwards",
+      "a stamp not after the previous one: reset the stream on it | drop it (counted)",
+      choices=STAMP_BACKWARDS_POLICIES),
+    P("session.max_gap_s", float, 10.0, "session.max_gap_s",
+      "a forward stamp jump over this many seconds resets the stream; 0 = never",
+      range=(0.0, 1e6), to_config=none_if_zero),
+    P("session.size_change_frames", int, 3, "session.size_change_frames",
+      "consecutive frames of a new input size that reset the stream on it", range=(1, 1000)),
+    # --- paged KV cache
+    P("cache.window", int, 64, "session.window", "frames of full context, current included",
+      range=(1, 1024)),
+    P("cache.max_special_frames", int, -1, "session.max_special_frames",
+      "trajectory memory bound in frames; -1 = all", range=(-1, 10_000_000),
+      to_config=none_if_negative),
+    P("cache.max_cache_bytes", int, -1, "session.max_cache_bytes",
+      "KV pool byte budget; -1 = device memory", range=(-1, 2**50),
+      to_config=none_if_negative),
+    # --- keyframes
+    P("keyframes.policy", str, "all", "session.keyframes.policy", "all | every_n | flow",
+      choices=KEYFRAME_POLICIES),
+    P("keyframes.n", int, 2, "session.keyframes.n", "every_n: keyframe interval",
+      range=(1, 1000)),
+    P("keyframes.flow_threshold", float, 10.0, "session.keyframes.flow_threshold",
+      "flow: mean pixel flow for a keyframe", range=(0.0, 1e4)),
+    P("keyframes.max_gap", int, 30, "session.keyframes.max_gap",
+      "flow: at most this many frames between keyframes", range=(1, 10_000)),
+    # --- topics and QoS
+    P("topics.image", str, "image", "node.image_topic", "image topic (remappable)"),
+    P("topics.use_compressed", bool, False, "node.use_compressed",
+      "subscribe <topics.image>/compressed instead"),
+    P("topics.camera_info", str, "camera_info", "node.camera_info_topic",
+      "camera info topic (optional input)"),
+    P("qos.image", str, "auto", "node.image_qos", "auto (reliable when every image "
+      "publisher is, else best effort; re-checked every second) | sensor_data (best effort) "
+      "| reliable", choices=IMAGE_QOS),
+    P("qos.image_depth", int, 5, "node.image_qos_depth", "image subscription history depth",
+      range=(1, 1000)),
+    P("queue_size", int, 2, "node.queue_size", "latest-wins frames between callback and worker",
+      range=(1, 100)),
+    # --- frames and TF
+    P("frames.map", str, "map", "node.map_frame",
+      "world frame of pose, path, points and map (REP-105)"),
+    P("frames.odom", str, "odom", "node.odom_frame", "odometry frame: parent of the base frame"),
+    P("frames.base", str, "base_link", "node.base_frame", "robot base frame, tracked in "
+      "map/odom; '' = camera-only (a bare camera: the camera frame is tracked)"),
+    P("frames.camera", str, "", "node.camera_frame",
+      "camera frame; empty = the image header's frame_id"),
+    P("frames.camera_is_optical", bool, True, "node.camera_is_optical",
+      "the camera frame has optical axes"),
+    P("tf.publish_map_to_odom", bool, True, "node.publish_map_to_odom",
+      "publish map -> odom (identity, or the correction of another node's odom -> base when "
+      "tf.publish_odom_to_base is false)"),
+    P("tf.publish_odom_to_base", bool, True, "node.publish_odom_to_base",
+      "publish odom -> base (this node is the odometry source)"),
+    P("tf.wait_for_extrinsic_s", float, 10.0, "node.wait_for_extrinsic_s",
+      "the base -> camera transform missing this long after the first image: diagnostics "
+      "ERROR (the node keeps waiting)", range=(0.1, 3600.0)),
+    # --- ~/odometry covariance
+    P("odometry.position_variance", float, 1e-2, "node.odom_position_var",
+      "~/odometry pose covariance diagonal, x y z (model units squared)", range=(0.0, 1e6)),
+    P("odometry.orientation_variance", float, 1e-3, "node.odom_orientation_var",
+      "~/odometry pose covariance diagonal, roll pitch yaw (rad^2)", range=(0.0, 1e6)),
+    P("odometry.linear_velocity_variance", float, 1e-1, "node.odom_linear_var",
+      "~/odometry twist covariance diagonal, linear ((model units/s)^2)", range=(0.0, 1e6)),
+    P("odometry.angular_velocity_variance", float, 1e-2, "node.odom_angular_var",
+      "~/odometry twist covariance diagonal, angular ((rad/s)^2)", range=(0.0, 1e6)),
+    # --- outputs
+    P("publish.depth_rate_hz", float, 10.0, "node.depth_rate_hz",
+      "~/depth and ~/depth/camera_info at most this often; 0 = off", range=(0.0, 1000.0)),
+    P("publish.points", bool, False, "node.publish_points", "publish keyframe points on ~/points"),
+    P("publish.points_rate_hz", float, 1.0, "node.points_rate_hz", "max point cloud rate",
+      range=(0.01, 100.0)),
+    P("publish.points_stride", int, 4, "node.points_stride",
+      "pixel stride of the points (~/points and the map)", range=(1, 64)),
+    P("publish.points_min_conf", float, 1.5, "node.points_min_conf",
+      "minimum depth confidence (1 + exp(.)) of a point", range=(1.0, 1e6)),
+    P("publish.map_points", bool, False, "node.map_points",
+      "accumulate keyframe points into ~/map_points (voxel map; ~/save_map writes it)"),
+    P("map.rate_hz", float, 1.0, "node.map_rate_hz",
+      "keyframes added to the map, and the map published, at most this often",
+      range=(0.01, 100.0)),
+    P("map.voxel_size", float, 0.05, "node.map_voxel_size",
+      "map voxel edge (model units); doubles when the map is full", range=(1e-4, 1e3)),
+    P("map.max_points", int, 1_000_000, "node.map_max_points",
+      "memory bound of the map (16 bytes a point; at least 8: one voxel's corners)",
+      range=(8, 100_000_000)),
+    P("publish.path_max_poses", int, 10_000, "node.path_max_poses",
+      "poses kept in ~/path; 0 = all", range=(0, 10_000_000)),
+    P("publish.cache_info_rate_hz", float, 1.0, "node.cache_info_rate_hz", "~/cache_info rate",
+      range=(0.01, 100.0)),
+    P("publish.diagnostics_rate_hz", float, 1.0, "node.diagnostics_rate_hz",
+      "/diagnostics rate", range=(0.01, 100.0)),
+    P("publish.path_rate_hz", float, 1.0, "node.path_rate_hz",
+      "~/path (the whole history) at most this often", range=(0.01, 100.0)),
+    P("diagnostics.warn_drop_share", float, 0.5, "node.warn_drop_share",
+      "WARN when more than this share of recent frames is dropped or rejected",
+      range=(0.01, 1.0)),
+    P("diagnostics.stall_timeout_s", float, 5.0, "node.stall_timeout_s",
+      "ERROR when images arrive but none was processed for this long", range=(0.1, 3600.0)),
+)
+del P
+PARAM_NAMES = tuple(p.name for p in PARAMS)
+PARAMS_BY_NAME = {p.name: p for p in PARAMS}
+# A config's own error starts with its field's name: the parameter that set it.
+PARAMS_BY_ATTRIBUTE = {p.attribute: p for p in PARAMS}
+
+
+def rows(config: str) -> tuple[Param, ...]:
+    """The rows that set fields of ``config`` (``node``, ``session``, ``session.keyframes``,
+    ``session.preprocess``, ``settings``)."""
+    return tuple(p for p in PARAMS if p.field.rsplit(".", 1)[0] == config)

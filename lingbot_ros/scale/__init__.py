@@ -1,0 +1,34 @@
+"""Metric scale for a scale-agnostic stream: metres per model unit, applied at the boundary.
+
+* :class:`ScaleConfig` -- the ``scale.*`` settings (source, thresholds, policies);
+* :class:`ScaleEstimator` -- one per stream: samples -> robust log-scale estimate, states
+  UNKNOWN -> CONVERGING -> LOCKED, bounded refinement, stale reasons; readers get immutable
+  :class:`ScaleEstimate` snapshots;
+* sample sources, each returning a :class:`ScaleSample` or a counted :class:`Rejection`:
+  :class:`DepthSource` / :func:`depth_sample`, :class:`OdometrySource` /
+  :func:`fit_odometry_scale`, :func:`camera_height_sample` (``fixed`` needs none);
+* the conversions where outputs leave: :func:`c2w_to_metres`, :func:`depth_to_metres`,
+  :func:`points_to_metres`, :func:`base_in_map_metres` (``T_bo · S(c2w) · T_bo⁻¹``).
+
+Numpy only: no torch, no rclpy. See docs/scale.md.
+"""
+from .bench import bench_depth_source
+from .camera_height import GroundPlane, camera_height_sample, fit_ground_plane
+from .config import BEFORE_LOCK_POLICIES, SCALE_SOURCES, ScaleConfig
+from .depth import (DEPTH_ENCODINGS, CropLike, DepthBuffer, DepthImage, DepthSource,
+                    crop_depth, crop_indices, depth_sample, sensor_depth_m)
+from .estimator import ScaleEstimate, ScaleEstimator, ScaleState
+from .odometry import OdometrySource, PoseBuffer, fit_odometry_scale
+from .samples import NO_INPUT_REASON, REASONS, Rejection, SampleResult, ScaleSample
+from .units import (base_in_map_metres, c2w_to_metres, check_factor, depth_to_metres,
+                    points_to_metres)
+
+__all__ = ["ScaleConfig", "SCALE_SOURCES", "BEFORE_LOCK_POLICIES",
+           "ScaleEstimator", "ScaleEstimate", "ScaleState",
+           "ScaleSample", "Rejection", "SampleResult", "REASONS", "NO_INPUT_REASON",
+           "DepthSource", "DepthBuffer", "DepthImage", "CropLike", "DEPTH_ENCODINGS",
+           "depth_sample", "crop_depth", "crop_indices", "sensor_depth_m",
+           "OdometrySource", "PoseBuffer", "fit_odometry_scale",
+           "GroundPlane", "fit_ground_plane", "camera_height_sample",
+           "c2w_to_metres", "depth_to_metres", "points_to_metres", "base_in_map_metres",
+           "check_factor", "bench_depth_source"]

@@ -1,0 +1,230 @@
+"""One stream's metric scale: robust, in log scale, with states and bounded refinement.
+
+``ScaleEstimator`` (one per stream, owned by whoever feeds it frames) turns samples into an
+estimate of metres per model unit:
+
+* **robust, in log scale** -- the estimate is the median of the log samples of a sliding
+  window (``max_samples``); its spread is 1.4826 x MAD (a relative standard deviation);
+* **states** -- UNKNOWN (no sample) -> CONVERGING -> LOCKED, which needs at least
+  ``min_samples`` samples and a spread below ``lock_spread``. ``none`` stays UNKNOWN;
+  ``fixed`` is LOCKED at once at ``factor``;
+* **continuity** -- once LOCKED, the applied value follows the window's median at most
+  ``max_change_per_s`` (in log, per second of *sample stamps*): never a jump. A segment
+  rollover keeps the estimate; ``reset()`` (a new stream) starts a new one;
+* **stale detector** -- ``stale_reason(now_s)`` names why a source gave nothing for
+  ``stale_timeout_s`` (the last rejection reason, or that no input ever came).
+
+Readers get immutable :class:`ScaleEstimate` snapshots. Numpy only.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter, deque
+from dataclasses import dataclass
+from enum import Enum
+from typing import Optional
+
+import numpy as np
+
+from .config import ScaleConfig
+from .samples import NO_INPUT_REASON, Rejection, SampleResult, ScaleSample
+
+__all__ = ["ScaleState", "ScaleEstimate", "ScaleEstimator"]
+
+MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution -> its standard deviation
+MEDIAN_EFFICIENCY = 1.2533  # standard error of a median = 1.2533 sigma / sqrt(n)
+
+
+class ScaleState(str, Enum):
+    UNKNOWN = "UNKNOWN"  # no sample yet (or source none): outputs are in model units
+    CONVERGING = "CONVERGING"  # samples, but not enough or not consistent: not metric yet
+    LOCKED = "LOCKED"  # metres_per_unit is applied to every output
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleEstimate:
+    """An immutable snapshot of a stream's scale (what ``~/scale`` and diagnostics carry)."""
+
+    state: ScaleState
+    source: str  # the ScaleConfig source
+    metres_per_unit: float  # NaN while UNKNOWN; the running median while CONVERGING;
+    #                         the applied (rate-bounded) value once LOCKED
+    sigma_log: float  # 1-sigma uncertainty of log(metres_per_unit); inf while UNKNOWN
+    samples: int  # samples accepted since the last reset
+    segment: int  # the estimate's segment (a reset starts a new one)
+    min_samples: int  # samples LOCKED needs (for "estimating scale 4/10 (depth)")
+    reason: str = ""  # the last rejection reason ("" once a sample followed it)
+    rejections: tuple[tuple[str, int], ...] = ()  # (reason, count), sorted by reason
+    stamp_s: float = math.nan  # stamp of the last sample or rejection
+
+    @property
+    def locked(self) -> bool:
+        return self.state is ScaleState.LOCKED
+
+    @property
+    def output_factor(self) -> Optional[float]:
+        """The factor to apply to outputs, or None: nothing may be claimed in metres."""
+        return self.metres_per_unit if self.locked else None
+
+    @property
+    def units(self) -> str:
+        """The units outputs are in: "m" once LOCKED, else "model units"."""
+        return "m" if self.locked else "model units"
+
+    def rejection_count(self, reason: str) -> int:
+        return dict(self.rejections).get(reason, 0)
+
+    @property
+    def status_text(self) -> str:
+        """A one-line human summary, e.g. "estimating scale 4/10 (depth)"."""
+        if self.source == "none":
+            return "no scale source: distances are in model units"
+        if self.locked:
+            return (f"scale locked: {self.metres_per_unit:.6g} m per model unit "
+                    f"(+-{100 * self.sigma_log:.2g} %, {self.source})")
+        why = f", last rejection: {self.reason}" if self.reason else ""
+        return (f"estimating scale {min(self.samples, self.min_samples)}/{self.min_samples} "
+                f"({self.source}{why})")
+
+
+class ScaleEstimator:
+    """Metres per model unit for one stream; feed it every source result with :meth:`add`."""
+
+    def __init__(self, config: ScaleConfig = ScaleConfig(), segment: int = 0) -> None:
+        if not isinstance(config, ScaleConfig):
+            raise ValueError(f"config must be a ScaleConfig, got {type(config).__name__}")
+        self._config = config
+        self._logs: deque[float] = deque(maxlen=config.max_samples)
+        self._rejections: Counter[str] = Counter()
+        self._segment = int(segment)
+        self._clear()
+        self._snapshot = self._make_snapshot()
+
+    @property
+    def config(self) -> ScaleConfig:
+        return self._config
+
+    @property
+    def estimate(self) -> ScaleEstimate:
+        """The latest snapshot (immutable; safe to hand to other threads)."""
+        return self._snapshot
+
+    def reset(self, segment: Optional[int] = None) -> ScaleEstimate:
+        """Start a new estimate (a new stream): segment = ``segment`` or the previous + 1.
+        Rejection counters keep counting (they are the stream source's lifetime counts)."""
+        self._segment = self._segment + 1 if segment is None else int(segment)
+        self._clear()
+        self._snapshot = self._make_snapshot()
+        return self._snapshot
+
+    def add(self, result: SampleResult) -> ScaleEstimate:
+        """Take one frame's sample or rejection; returns the new snapshot. A sample of
+        another source than the configured one is a programming error (ValueError)."""
+        if isinstance(result, Rejection):
+            self._rejections[result.reason] += 1
+            self._reason = result.reason
+            self._note_stamp(result.stamp_s)
+            self._last_rejection_s = _finite_or(result.stamp_s, self._last_rejection_s)
+        elif isinstance(result, ScaleSample):
+            if result.source != self._config.source:
+                raise ValueError(f"a {result.source!r} sample fed to a "
+                                 f"{self._config.source!r} estimator")
+            self._note_stamp(result.stamp_s)
+            if self._config.source in ("depth", "odometry", "camera_height"):
+                self._take(result)
+        else:
+            raise ValueError(f"expected a ScaleSample or a Rejection, got "
+                             f"{type(result).__name__}")
+        self._snapshot = self._make_snapshot()
+        return self._snapshot
+
+    def stale_reason(self, now_s: float) -> Optional[str]:
+        """Why the source has yielded no sample for ``stale_timeout_s`` before ``now_s`` (in
+        the clock of the sample stamps), or None. ``none``/``fixed`` are never stale."""
+        cfg = self._config
+        if cfg.source not in NO_INPUT_REASON:
+            return None
+        if math.isfinite(now_s) and not math.isfinite(self._since_s):
+            self._since_s = now_s  # the clock starts at the first look
+        ref = self._last_sample_s if math.isfinite(self._last_sample_s) else self._since_s
+        if not math.isfinite(now_s) or not now_s - ref > cfg.stale_timeout_s:
+            return None
+        if self._reason and self._last_rejection_s >= ref:
+            return self._reason
+        return NO_INPUT_REASON[cfg.source]
+
+    # --- internals ----------------------------------------------------------------------------
+
+    def _clear(self) -> None:
+        self._logs.clear()
+        self._count = 0
+        self._applied_log = math.nan
+        self._applied_s = math.nan
+        self._state = ScaleState.UNKNOWN
+        self._reason = ""
+        self._last_sample_s = math.nan
+        self._last_rejection_s = -math.inf
+        self._since_s = math.nan
+        self._stamp_s = math.nan
+        if self._config.source == "fixed":
+            self._state = ScaleState.LOCKED
+            self._applied_log = math.log(self._config.factor)
+
+    def _note_stamp(self, stamp_s: float) -> None:
+        if math.isfinite(stamp_s):
+            if not math.isfinite(self._since_s):
+                self._since_s = stamp_s
+            self._stamp_s = stamp_s
+
+    def _take(self, sample: ScaleSample) -> None:
+        cfg = self._config
+        self._logs.append(math.log(sample.metres_per_unit))
+        self._count += 1
+        self._reason = ""
+        self._last_sample_s = _finite_or(sample.stamp_s, self._last_sample_s)
+        target, spread = self._median_spread()
+        if self._state is not ScaleState.LOCKED:
+            self._applied_log = target
+            self._applied_s = sample.stamp_s
+            if len(self._logs) >= cfg.min_samples and spread < cfg.lock_spread:
+                self._state = ScaleState.LOCKED
+            else:
+                self._state = ScaleState.CONVERGING
+            return
+        # LOCKED: move toward the target at a bounded rate of the sample stamps
+        dt = sample.stamp_s - self._applied_s if math.isfinite(self._applied_s) else 0.0
+        if not math.isfinite(dt) or dt < 0:
+            dt = 0.0
+        bound = cfg.max_change_per_s * dt
+        self._applied_log += min(max(target - self._applied_log, -bound), bound)
+        if math.isfinite(sample.stamp_s) and not sample.stamp_s < self._applied_s:
+            self._applied_s = sample.stamp_s
+
+    def _median_spread(self) -> tuple[float, float]:
+        logs = np.fromiter(self._logs, dtype=np.float64, count=len(self._logs))
+        median = float(np.median(logs))
+        spread = MAD_TO_SIGMA * float(np.median(np.abs(logs - median))) if logs.size > 1 \
+            else math.inf
+        return median, spread
+
+    def _make_snapshot(self) -> ScaleEstimate:
+        cfg = self._config
+        if self._state is ScaleState.UNKNOWN:
+            value, sigma = math.nan, math.inf
+        elif cfg.source == "fixed":
+            value, sigma = cfg.factor, 0.0
+        else:
+            target, spread = self._median_spread()
+            n = len(self._logs)
+            sigma = MEDIAN_EFFICIENCY * spread / math.sqrt(n) if n > 1 else math.inf
+            sigma = math.hypot(sigma, self._applied_log - target)  # + the lag after a lock
+            value = math.exp(self._applied_log)
+        return ScaleEstimate(state=self._state, source=cfg.source, metres_per_unit=value,
+                             sigma_log=sigma, samples=self._count, segment=self._segment,
+                             min_samples=cfg.min_samples, reason=self._reason,
+                             rejections=tuple(sorted(self._rejections.items())),
+                             stamp_s=self._stamp_s)
+
+
+def _finite_or(value: float, default: float) -> float:
+    return value if math.isfinite(value) else default

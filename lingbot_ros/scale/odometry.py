@@ -1,0 +1,194 @@
+"""The ``odometry`` source: the base's displacements from odometry vs the model's.
+
+Frames ``(stamp, c2w)`` (c2w in model units) wait in a sliding window of ``odom_window``
+frames; odometry poses ``T_odom_base`` (metres) wait in a :class:`PoseBuffer` and are
+interpolated to the image stamps (linear translation, geodesic rotation; a stamp must lie
+between two odometry poses at most ``odom_max_dt_s`` away, so frames newer than the odometry
+simply wait for a later fit).
+
+The fit walks back from the newest frame and pairs frames whose *odometry* base moved at
+least ``odom_min_step_m`` apart (stationary stretches and turns on the spot add no pair),
+until the pairs' path reaches ``min_baseline_m``. For a pair (i, j), in the base frame at i:
+
+    odometry:  d = R_odom_i^T (p_j - p_i)                                       [metres]
+    model:     k a + b,  a = R_bo R_i^T (c_j - c_i),  b = R_bo R_i^T (R_j - R_i) t_ob
+
+with ``c2w = [R | c]``, ``T_bo`` the camera's optical frame in the base (metres) and
+``t_ob`` the base origin in the optical frame: ``b`` is the lever arm's share (metres
+already), ``a`` the camera centres' (model units). ``k = sum a.(d - b) / sum a.a`` (least
+squares); ``planar`` drops the base z components (wheel odometry knows no z).
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from collections import deque
+from typing import Optional, Union
+
+import numpy as np
+
+from .config import ScaleConfig
+from .samples import Rejection, SampleResult, ScaleSample
+from .se3 import interpolate_pose, is_rigid, rigid_inverse
+
+__all__ = ["PoseBuffer", "OdometrySource", "fit_odometry_scale"]
+
+TURN_RAD = 0.1  # a window whose odometry turned more than this (and moved too little) turned
+
+
+class PoseBuffer:
+    """Stamped rigid poses (e.g. odom -> base_link), interpolated at any covered stamp."""
+
+    def __init__(self, max_dt_s: float, capacity: int = 4096) -> None:
+        self._max_dt_s = float(max_dt_s)
+        self._capacity = int(capacity)
+        self._stamps: list[float] = []
+        self._poses: list[np.ndarray] = []
+
+    def __len__(self) -> int:
+        return len(self._stamps)
+
+    def clear(self) -> None:
+        self._stamps.clear()
+        self._poses.clear()
+
+    @property
+    def last_stamp_s(self) -> float:
+        return self._stamps[-1] if self._stamps else -math.inf
+
+    def push(self, stamp_s: float, pose) -> Optional[Rejection]:
+        """Add a pose (kept sorted by stamp; a repeated stamp replaces). A non-finite stamp
+        or a pose that is not a finite rigid 4x4 is refused with a Rejection."""
+        if not (isinstance(stamp_s, (int, float)) and math.isfinite(stamp_s)) \
+                or not is_rigid(pose):
+            return Rejection(stamp_s if isinstance(stamp_s, float) else math.nan, "non_finite",
+                             "odometry pose is not a finite rigid transform")
+        pose = np.array(pose, dtype=np.float64)
+        i = bisect.bisect_left(self._stamps, stamp_s)
+        if i < len(self._stamps) and self._stamps[i] == stamp_s:
+            self._poses[i] = pose
+            return None
+        self._stamps.insert(i, float(stamp_s))
+        self._poses.insert(i, pose)
+        if len(self._stamps) > self._capacity:
+            del self._stamps[0], self._poses[0]
+        return None
+
+    def at(self, stamp_s: float) -> Union[np.ndarray, Rejection]:
+        """The pose at ``stamp_s``: exact, or interpolated between the poses around it when
+        both are within ``max_dt_s``; else a Rejection (no_odometry / out_of_sync)."""
+        if not self._stamps:
+            return Rejection(stamp_s, "no_odometry", "no odometry received")
+        i = bisect.bisect_left(self._stamps, stamp_s)
+        if i < len(self._stamps) and self._stamps[i] == stamp_s:
+            return self._poses[i]
+        if i == 0 or i == len(self._stamps):
+            return Rejection(stamp_s, "out_of_sync", "the image stamp is outside the "
+                             f"odometry's [{self._stamps[0]:.3f}, {self._stamps[-1]:.3f}] s")
+        t0, t1 = self._stamps[i - 1], self._stamps[i]
+        if stamp_s - t0 > self._max_dt_s or t1 - stamp_s > self._max_dt_s:
+            return Rejection(stamp_s, "out_of_sync", f"odometry gap [{t0:.3f}, {t1:.3f}] s "
+                             f"around the image (max {self._max_dt_s} s each side)")
+        return interpolate_pose(self._poses[i - 1], self._poses[i], (stamp_s - t0) / (t1 - t0))
+
+
+def fit_odometry_scale(c2w: np.ndarray, odom: np.ndarray, T_base_optical: np.ndarray,
+                       config: ScaleConfig) -> Union[tuple[float, int], str]:
+    """Frames in time order: ``c2w`` (N, 4, 4) model poses, ``odom`` (N, 4, 4) the base in
+    the odometry frame at the same stamps (metres). Returns (metres per unit, pairs used) from
+    the newest frames back to ``min_baseline_m`` of path, or a rejection reason."""
+    c2w = np.asarray(c2w, dtype=np.float64)
+    odom = np.asarray(odom, dtype=np.float64)
+    if not (np.isfinite(c2w).all() and np.isfinite(odom).all()):
+        return "non_finite"
+    pos = odom[:, :3, 3].tolist()
+    pairs, path, j = [], 0.0, len(c2w) - 1
+    for i in range(len(c2w) - 2, -1, -1):  # newest back: pair i with the last anchor j
+        step = math.dist(pos[j], pos[i])
+        if step >= config.odom_min_step_m:
+            pairs.append((i, j))
+            path += step
+            j = i
+            if path >= config.min_baseline_m:
+                break
+    if path < config.min_baseline_m:
+        if path > 0:
+            return "short_baseline"
+        r = odom[:-1, :3, :3].transpose(0, 2, 1) @ odom[1:, :3, :3]
+        turned = np.arccos(np.clip((np.trace(r, axis1=1, axis2=2) - 1) / 2, -1, 1)).sum()
+        return "pure_rotation" if turned > TURN_RAD else "stationary"
+    i_idx = np.array([p[0] for p in pairs])
+    j_idx = np.array([p[1] for p in pairs])
+    bo = np.asarray(T_base_optical, dtype=np.float64)
+    t_ob = rigid_inverse(bo)[:3, 3]
+    ri_t = c2w[i_idx, :3, :3].transpose(0, 2, 1)  # (P, 3, 3) R_i^T
+    to_base = bo[:3, :3] @ ri_t  # R_bo R_i^T
+    a = np.einsum("pxy,py->px", to_base, c2w[j_idx, :3, 3] - c2w[i_idx, :3, 3])
+    b = np.einsum("pxy,py->px", to_base, (c2w[j_idx, :3, :3] - c2w[i_idx, :3, :3]) @ t_ob)
+    d = np.einsum("pyx,py->px", odom[i_idx, :3, :3], odom[j_idx, :3, 3] - odom[i_idx, :3, 3])
+    if config.planar:
+        a[:, 2] = b[:, 2] = d[:, 2] = 0.0
+    aa = float((a * a).sum())
+    if not aa > 1e-18:
+        return "degenerate"
+    k = float((a * (d - b)).sum()) / aa
+    if not (math.isfinite(k) and k > 0):
+        return "degenerate"
+    return k, len(pairs)
+
+
+class OdometrySource:
+    """The odometry source of one stream: feed odometry poses and each frame's c2w."""
+
+    def __init__(self, config: ScaleConfig, T_base_optical: np.ndarray,
+                 odom_capacity: int = 4096) -> None:
+        if not is_rigid(T_base_optical):
+            raise ValueError("T_base_optical must be a finite rigid 4x4 transform (metres)")
+        self._config = config
+        self._bo = np.array(T_base_optical, dtype=np.float64)
+        self._odom = PoseBuffer(config.odom_max_dt_s, odom_capacity)
+        self._frames: deque[list] = deque(maxlen=config.odom_window)
+
+    def reset(self) -> None:
+        """A new stream: forget frames and odometry."""
+        self._odom.clear()
+        self._frames.clear()
+
+    def push_odometry(self, stamp_s: float, T_odom_base) -> Optional[Rejection]:
+        """One odometry pose (metres); a Rejection (to count) if it is not usable."""
+        return self._odom.push(stamp_s, T_odom_base)
+
+    def sample(self, stamp_s: float, c2w) -> SampleResult:
+        """Add the frame ``(stamp_s, c2w)`` and fit over the window's frames the odometry
+        covers so far. The sample's stamp is the newest frame used."""
+        c2w = np.asarray(c2w, dtype=np.float64)
+        if c2w.shape != (4, 4):
+            return Rejection(stamp_s, "wrong_size", f"c2w must be 4x4, got {c2w.shape}")
+        if not np.isfinite(c2w).all():
+            return Rejection(stamp_s, "non_finite", "c2w has NaN/inf")
+        if self._frames and not stamp_s > self._frames[-1][0]:
+            self._frames.clear()  # stamps went back: a new stretch
+        self._frames.append([float(stamp_s), c2w, None])  # [stamp, c2w, odometry pose]
+        stamps, poses, odoms = [], [], []
+        last: Optional[Rejection] = None
+        for frame in reversed(self._frames):
+            if frame[2] is None:  # interpolated once, when the odometry covers the stamp
+                o = self._odom.at(frame[0])
+                if isinstance(o, Rejection):
+                    if odoms:
+                        break  # a gap: fit the covered stretch after it
+                    last = o  # not covered yet (newer than the odometry): wait
+                    continue
+                frame[2] = o
+            stamps.append(frame[0])
+            poses.append(frame[1])
+            odoms.append(frame[2])
+        if len(odoms) < 2:
+            return last if last is not None else Rejection(stamp_s, "stationary",
+                                                           "one frame in the window")
+        fit = fit_odometry_scale(np.stack(poses[::-1]), np.stack(odoms[::-1]), self._bo,
+                                 self._config)
+        if isinstance(fit, str):
+            return Rejection(stamp_s, fit, f"{len(odoms)} frames in the window")
+        k, n_pairs = fit
+        return ScaleSample(stamps[0], k, "odometry", support=n_pairs)

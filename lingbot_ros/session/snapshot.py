@@ -1,0 +1,345 @@
+"""Stream snapshots on disk: a directory of ``manifest.json`` + safetensors files, no pickle.
+
+    data = snapshot_data(model, config, state)   # state: StreamingSession.state_dict()
+    path, nbytes = write_snapshot(data, "run1.snap")  # temp dir, fsync, rename
+    manifest, state = read_snapshot("run1.snap")       # every digest checked
+    check_compatible(manifest, model, config)          # SnapshotError naming the mismatch
+
+The state is a tree of dicts and lists whose leaves are JSON values, numpy arrays or (host)
+torch tensors, as each owner's ``state_dict`` gives it. Tensors and arrays go to the tensor
+files (the runner's caches to ``kv_cache.safetensors``, the rest to ``stream.safetensors``)
+and are replaced in the manifest's ``state`` by a reference; their dtype is kept exactly
+(bfloat16 included). The manifest records the format version, the model's origin (the
+checkpoint's SHA-256, or its random-weight preset and seed, or a digest of its weights), the
+model, cache and stream configuration, the input size, the dtypes, the page counts and the
+size and SHA-256 of each tensor file.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from safetensors.torch import load as load_tensors
+from safetensors.torch import save as save_tensors
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "SnapshotError", "SnapshotData", "snapshot_data",
+           "write_snapshot", "read_snapshot", "read_manifest", "check_compatible",
+           "model_origin", "stream_config"]
+
+FORMAT = "lingbot_ros.stream_snapshot"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+_RUNNER_FILE = "kv_cache.safetensors"
+_STREAM_FILE = "stream.safetensors"
+_FRONT_END_FILE = "front_end.safetensors"
+_TENSOR = "__tensor__"  # a reference to a tensor file's entry, in the manifest's state
+
+# Settings that change how a stream runs on a device, not what it computes: a snapshot
+# taken with one value restores with another (e.g. saved on a GPU, restored on the CPU).
+_RUN_ONLY = ("device", "attention_backend", "flashinfer_variant", "cuda_graphs", "kv_splits",
+             "fused_kernels", "fused_kernels_off", "max_cache_bytes", "with_depth",
+             "return_depth", "preprocess")
+
+
+class SnapshotError(ValueError):
+    """A snapshot that cannot be written or restored; the message says why."""
+
+
+@dataclass
+class SnapshotData:
+    """A snapshot in memory, on the host: the manifest (without the files' digests) and
+    the tensor files' contents. Made between frames (``StreamingSession.snapshot_state``);
+    writing it (``write_snapshot``) needs nothing of the stream."""
+
+    manifest: dict
+    files: dict[str, dict[str, torch.Tensor]]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for f in self.files.values() for t in f.values())
+
+
+def _jsonable(value):
+    return json.loads(json.dumps(value))
+
+
+def stream_config(config) -> dict:
+    """The part of a ``SessionConfig`` that decides what a stream computes (JSON-able)."""
+    d = dataclasses.asdict(config)
+    return _jsonable({k: v for k, v in d.items() if k not in _RUN_ONLY})
+
+
+def model_origin(model) -> str:
+    """Where the weights come from: ``sha256:<hex>`` of the checkpoint file, ``random
+    weights, preset P, seed N``, or (a model built in code) ``weights sha256:<hex>`` of its
+    parameters. The checkpoint's digest is computed once per model."""
+    origin = getattr(model, "origin", None) or {}
+    if origin.get("kind") == "random":
+        return f"random weights, preset {origin['preset']}, seed {origin['seed']}"
+    if origin.get("kind") == "checkpoint":
+        if "sha256" not in origin:
+            digest = hashlib.sha256()
+            with open(origin["path"], "rb") as f:
+                for block in iter(lambda: f.read(1 << 24), b""):
+                    digest.update(block)
+            origin["sha256"] = digest.hexdigest()
+        return f"sha256:{origin['sha256']}"
+    cached = getattr(model, "_snapshot_weights_digest", None)
+    if cached is None:
+        digest = hashlib.sha256()
+        for name, t in sorted(model.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(str(t.dtype).encode())
+            t = t.detach().cpu().contiguous()
+            digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        cached = digest.hexdigest()
+        model._snapshot_weights_digest = cached
+    return f"weights sha256:{cached}"
+
+
+def _model_description(model, config) -> dict:
+    return {
+        "origin": model_origin(model),
+        "config": _jsonable(dataclasses.asdict(model.config)),
+        "kv_dtype": str(model.kv_dtype).replace("torch.", ""),
+        "camera_head_dtype": str(model.camera_head.dtype).replace("torch.", ""),
+    }
+
+
+def snapshot_data(model, config, state: dict, extra: Optional[dict] = None,
+                  front_end_state: Optional[dict] = None) -> SnapshotData:
+    """The manifest and tensor files of ``state`` (``StreamingSession.state_dict()``) of a
+    stream of ``model`` under ``config``; ``extra``: a front end's JSON-able additions
+    (kept under ``manifest["extra"]``); ``front_end_state``: a front end's own state, a tree
+    like ``state`` (its arrays go to ``front_end.safetensors``; ``restore`` gives it back as
+    ``manifest["front_end_state"]``)."""
+    files: dict[str, dict[str, torch.Tensor]] = {_RUNNER_FILE: {}, _STREAM_FILE: {},
+                                                 _FRONT_END_FILE: {}}
+
+    def flatten(value, key: str, file: str):
+        if isinstance(value, dict):
+            return {k: flatten(v, f"{key}.{k}" if key else k,
+                               _RUNNER_FILE if key == "" and k == "runner" else file)
+                    for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [flatten(v, f"{key}.{i}", file) for i, v in enumerate(value)]
+        if isinstance(value, np.ndarray):
+            files[file][key] = torch.from_numpy(np.ascontiguousarray(value))
+            return {_TENSOR: key, "file": file, "numpy": True}
+        if isinstance(value, torch.Tensor):
+            if value.device.type != "cpu":
+                raise SnapshotError(f"{key}: a device tensor in the state (owners copy to the "
+                                    "host)")
+            files[file][key] = value.contiguous()
+            return {_TENSOR: key, "file": file}
+        if isinstance(value, (np.integer, np.floating, np.bool_)):
+            return value.item()
+        return value
+
+    tree = flatten(state, "", _STREAM_FILE)
+    front_end = flatten(front_end_state, "front_end", _FRONT_END_FILE) \
+        if front_end_state is not None else None
+    runner = state.get("runner")
+    kv = runner["state"]["kv_cache"] if runner else None
+    manifest = {
+        "format": FORMAT, "version": FORMAT_VERSION,
+        "created_unix": time.time(),
+        "model": _model_description(model, config),
+        "stream_config": stream_config(config),
+        "input": {"preprocess": _jsonable(dataclasses.asdict(config.preprocess)),
+                  "model_hw": state.get("model_hw")},
+        "saved_on": str(config.device),
+        "cache": None if kv is None else {
+            "page_size": runner["tensors"]["kv_patch"].shape[3],
+            "patch_pages": len(kv["patches"]["scale_frames"]) + len(kv["patches"]["window_frames"]),
+            "special_pages": (len(kv["specials"]["pinned_chunks"])
+                              + len(kv["specials"]["live_chunks"])),
+            "special_pages_total": kv["special_pages_total"],
+            "special_tokens": kv["specials"]["num_tokens"],
+            "frames_committed": runner["state"]["camera_cache"]["num_frames"],
+            "kv_dtype": str(runner["tensors"]["kv_patch"].dtype).replace("torch.", ""),
+        },
+        "frames_processed": int(state.get("counts", {}).get("processed", 0)),
+        "extra": _jsonable(extra or {}),
+        "front_end_state": front_end,
+        "state": tree,
+    }
+    try:
+        json.dumps(manifest)
+    except (TypeError, ValueError) as exc:
+        raise SnapshotError(f"the state is not JSON-able: {exc}") from exc
+    return SnapshotData(manifest, {k: v for k, v in files.items() if v})
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        view = memoryview(data).cast("B")
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_snapshot(data: SnapshotData, path) -> tuple[Path, int]:
+    """Write ``data`` as the directory ``path``: into a new temporary directory beside it,
+    every file fsynced, then renamed to ``path``. An existing snapshot at ``path`` is
+    replaced (it is renamed aside first and removed after); anything else there is refused
+    (``FileExistsError``). Returns (path, bytes written)."""
+    path = Path(path)
+    if path.is_symlink() or (path.exists() and not (path.is_dir() and (
+            (path / MANIFEST).is_file() or not any(path.iterdir())))):
+        raise FileExistsError(f"{path} exists and is not a snapshot directory: not replaced")
+    parent = path.parent
+    if not parent.is_dir():
+        raise FileNotFoundError(f"folder {parent} does not exist")
+    token = secrets.token_hex(6)
+    tmp = parent / f".{path.name}.{token}.tmp"
+    tmp.mkdir()
+    total = 0
+    try:
+        manifest = dict(data.manifest, files={})
+        for name, tensors in data.files.items():
+            blob = save_tensors(tensors)
+            _write_file(tmp / name, blob)
+            manifest["files"][name] = {"bytes": len(blob),
+                                       "sha256": hashlib.sha256(blob).hexdigest()}
+            total += len(blob)
+        blob = json.dumps(manifest, indent=1).encode()
+        _write_file(tmp / MANIFEST, blob)
+        total += len(blob)
+        _fsync_dir(tmp)
+        old = None
+        if path.exists():
+            old = parent / f".{path.name}.{token}.old"
+            os.rename(path, old)
+        os.rename(tmp, path)
+        _fsync_dir(parent)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path, total
+
+
+def read_manifest(path) -> dict:
+    """The manifest of the snapshot at ``path``, its format and version checked."""
+    path = Path(path)
+    if not path.is_dir():
+        raise SnapshotError(f"{path}: no snapshot there (not a directory)")
+    try:
+        manifest = json.loads((path / MANIFEST).read_bytes())
+    except FileNotFoundError:
+        raise SnapshotError(f"{path}: {MANIFEST} is missing") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SnapshotError(f"{path}/{MANIFEST} is not valid JSON ({exc}): truncated or "
+                            "corrupted") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise SnapshotError(f"{path}: not a lingbot_ros stream snapshot (format "
+                            f"{manifest.get('format') if isinstance(manifest, dict) else None!r})")
+    if manifest.get("version") != FORMAT_VERSION:
+        raise SnapshotError(f"{path}: snapshot format version {manifest.get('version')!r} is "
+                            f"unknown; this build reads version {FORMAT_VERSION}")
+    return manifest
+
+
+def read_snapshot(path) -> tuple[dict, dict]:
+    """(manifest, state) of the snapshot at ``path``: every file's size and SHA-256 checked
+    before it is parsed; tensors on the CPU (``SnapshotError`` names what is wrong)."""
+    path = Path(path)
+    manifest = read_manifest(path)
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        raise SnapshotError(f"{path}: the manifest lists no files")
+    loaded: dict[str, dict[str, torch.Tensor]] = {}
+    for name, meta in files.items():
+        if "/" in name or name.startswith("."):
+            raise SnapshotError(f"{path}: bad file name {name!r} in the manifest")
+        try:
+            blob = (path / name).read_bytes()
+        except FileNotFoundError:
+            raise SnapshotError(f"{path}: tensor file {name} is missing") from None
+        if len(blob) != meta["bytes"]:
+            raise SnapshotError(f"{path}/{name} has {len(blob)} bytes, the manifest says "
+                                f"{meta['bytes']}: truncated or replaced")
+        if hashlib.sha256(blob).hexdigest() != meta["sha256"]:
+            raise SnapshotError(f"{path}/{name}: SHA-256 digest mismatch (the file is "
+                                "corrupted)")
+        loaded[name] = load_tensors(blob)
+
+    def unflatten(value):
+        if isinstance(value, dict):
+            if _TENSOR in value:
+                try:
+                    t = loaded[value["file"]][value[_TENSOR]]
+                except KeyError:
+                    raise SnapshotError(f"{path}: tensor {value[_TENSOR]} is missing from "
+                                        f"{value.get('file')}") from None
+                return t.numpy() if value.get("numpy") else t
+            return {k: unflatten(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [unflatten(v) for v in value]
+        return value
+
+    state = unflatten(manifest["state"])
+    manifest = dict(manifest, front_end_state=unflatten(manifest.get("front_end_state")))
+    return manifest, state
+
+
+def check_compatible(manifest: dict, model, config) -> None:
+    """``SnapshotError`` unless a stream of ``model`` under ``config`` can continue the
+    snapshot: the same weights, model configuration, stream configuration, input size and
+    dtypes (the device, attention backend and fast path may differ)."""
+    saved = manifest["model"]
+    here = _model_description(model, config)
+    if saved["origin"] != here["origin"]:
+        raise SnapshotError(f"the snapshot was made with other weights ({saved['origin']}); "
+                            f"this model's are {here['origin']}")
+    if saved["config"] != here["config"]:
+        diff = sorted(k for k in set(saved["config"]) | set(here["config"])
+                      if saved["config"].get(k) != here["config"].get(k))
+        raise SnapshotError(f"the snapshot's model configuration differs from this model's "
+                            f"(in {', '.join(diff)})")
+    ours = stream_config(config)
+    if manifest["stream_config"] != ours:
+        diff = sorted(f"{k}: saved {manifest['stream_config'].get(k)!r}, here {ours.get(k)!r}"
+                      for k in set(ours) | set(manifest["stream_config"])
+                      if manifest["stream_config"].get(k) != ours.get(k))
+        raise SnapshotError("the snapshot's stream configuration differs: " + "; ".join(diff))
+    pre = _jsonable(dataclasses.asdict(config.preprocess))
+    if manifest["input"]["preprocess"] != pre:
+        raise SnapshotError(f"the snapshot's input size differs: saved "
+                            f"{manifest['input']['preprocess']}, here {pre}")
+    for key, what in (("kv_dtype", "KV cache"), ("camera_head_dtype", "camera head")):
+        if saved[key] != here[key]:
+            raise SnapshotError(
+                f"the snapshot's {what} is {saved[key]} (saved on {manifest.get('saved_on')}), "
+                f"this model's is {here[key]}: a snapshot restores only at the same precision "
+                "(choose the model precision it was saved with)")
+
+
+def describe(manifest: dict) -> dict[str, Any]:
+    """A short summary for a service's answer or a log line."""
+    return {"frames": manifest.get("frames_processed", 0),
+            "origin": manifest["model"]["origin"], "saved_on": manifest.get("saved_on"),
+            "bytes": sum(f["bytes"] for f in manifest.get("files", {}).values())}

@@ -1,0 +1,122 @@
+"""Stream snapshots for ``lingbot-ros-offline``: save the session while a recording runs,
+resume a recording from a snapshot.
+
+    lingbot-ros-offline SEQ --max-frames 500 --save-session run.snap   # the first part
+    lingbot-ros-offline SEQ --resume run.snap --out out2/              # the rest
+
+``--save-session DIR`` writes the session's snapshot (``StreamingSession.snapshot``) when the
+run ends, and every ``--snapshot-every N`` input frames with it (the same directory, replaced
+atomically). ``--resume DIR`` restores one before the first frame: the input frames it had
+read are skipped (read, not processed; the last one's stamp must be the snapshot's, else the
+run stops: another recording), so the trajectory continues bit-identically (on the CPU) and
+``trajectory.tum`` equals that of one uninterrupted run. The run's own accumulators that are
+not in the snapshot (``--ply``'s points, ``--scale``'s estimate) are refused with
+``--resume``.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Optional
+
+from ..session import SnapshotError, StreamingSession, read_manifest
+
+__all__ = ["add_snapshot_args", "OfflineSnapshots", "snapshot_frames_read"]
+
+log = logging.getLogger("lingbot_ros.offline")
+
+
+def add_snapshot_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--save-session", metavar="DIR",
+                   help="write the session's snapshot to DIR when the run ends (and every "
+                   "--snapshot-every frames); --resume continues from it")
+    p.add_argument("--snapshot-every", type=int, default=0, metavar="N",
+                   help="with --save-session: also save after every N input frames (0: only "
+                   "at the end)")
+    p.add_argument("--resume", metavar="DIR",
+                   help="continue from a snapshot (--save-session): the input frames it had "
+                   "read are skipped")
+
+
+def snapshot_frames_read(path) -> int:
+    """Input frames the offline run that saved ``path`` had read (0 if not an offline one)."""
+    return int(read_manifest(path).get("extra", {}).get("offline", {}).get("frames_read", 0))
+
+
+class OfflineSnapshots:
+    """The snapshot side of one offline run: restore at the start, save as asked."""
+
+    def __init__(self, args, session: StreamingSession, points=None, scale=None) -> None:
+        save_to, resume = getattr(args, "save_session", None), getattr(args, "resume", None)
+        self.save_to: Optional[Path] = Path(save_to) if save_to else None
+        self.every = int(getattr(args, "snapshot_every", 0) or 0)
+        if self.every < 0:
+            raise ValueError(f"--snapshot-every must be >= 0, got {self.every}")
+        if self.every and self.save_to is None:
+            raise ValueError("--snapshot-every needs --save-session DIR")
+        self.session = session
+        self.start = 0  # input frames the resumed snapshot had read
+        self.last_stamp: Optional[int] = None
+        self.keyframe_flags: list[bool] = []
+        self.saves = 0
+        self.resumed_from = None
+        if resume:
+            if points is not None:
+                raise ValueError("--resume with --ply is not supported: the point map is not "
+                                 "in the snapshot")
+            if scale is not None and getattr(scale, "config", None) is not None and (
+                    scale.config.source != "none"):
+                raise ValueError("--resume with --scale is not supported: the scale "
+                                 "estimate is not in the snapshot")
+            try:
+                manifest = session.restore(resume)
+            except SnapshotError as exc:
+                raise ValueError(f"--resume {resume}: {exc}") from None
+            offline = manifest.get("extra", {}).get("offline")
+            if not offline:
+                raise ValueError(f"--resume {resume}: not a snapshot of an offline run "
+                                 "(it does not say which input frames it had read)")
+            self.start = int(offline["frames_read"])
+            self.last_stamp = offline.get("last_stamp_ns")
+            self.keyframe_flags = [bool(k) for k in offline.get("keyframe_flags", [])]
+            self.resumed_from = str(resume)
+            log.info("resumed from %s: %d input frames already read, %d processed",
+                     resume, self.start, manifest.get("frames_processed", 0))
+
+    def skip(self, frames_read: int, frame) -> bool:
+        """Whether input frame number ``frames_read`` (1-based) was read before the
+        snapshot; checks the last of those against the snapshot's stamp."""
+        if frames_read > self.start:
+            return False
+        if frames_read == self.start and self.last_stamp is not None and (
+                int(frame.stamp_ns) != int(self.last_stamp)):
+            raise ValueError(f"--resume: input frame {frames_read} has stamp "
+                             f"{frame.stamp_ns} ns, the snapshot's has {self.last_stamp} ns: "
+                             "the snapshot was made from another recording")
+        return True
+
+    def after_frame(self, frames_read: int, frame, keyframe_flags: list[bool]) -> None:
+        self.last_stamp = int(frame.stamp_ns)
+        if self.every and frames_read % self.every == 0:
+            self.save(frames_read, keyframe_flags)
+
+    def finish(self, frames_read: int, keyframe_flags: list[bool]) -> None:
+        if frames_read < self.start:
+            raise ValueError(f"--resume: the input has {frames_read} frames, the snapshot had "
+                             f"read {self.start}")
+        if self.save_to is not None:
+            self.save(frames_read, keyframe_flags)
+
+    def save(self, frames_read: int, keyframe_flags: list[bool]) -> None:
+        extra = {"offline": {"frames_read": frames_read, "last_stamp_ns": self.last_stamp,
+                             "keyframe_flags": [bool(k) for k in keyframe_flags]}}
+        path, nbytes = self.session.snapshot(self.save_to, extra=extra)
+        self.saves += 1
+        log.info("session snapshot after %d input frames: %s (%.1f MB)", frames_read, path,
+                 nbytes / 1e6)
+
+    def summary(self) -> dict:
+        return {"resumed_from": self.resumed_from, "frames_skipped": self.start,
+                "saved_to": None if self.save_to is None else str(self.save_to),
+                "saves": self.saves}

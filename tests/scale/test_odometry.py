@@ -1,0 +1,191 @@
+"""The odometry source: known k with a lever arm, stationary gaps, turning in place, planar."""
+from __future__ import annotations
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from lingbot_ros.scale import (OdometrySource, PoseBuffer, Rejection, ScaleConfig,
+                               ScaleEstimator, ScaleSample, fit_odometry_scale)
+from lingbot_ros.scale.se3 import interpolate_pose
+
+from .synth import base_path, model_poses, mount, pose
+
+CFG = ScaleConfig(source="odometry", min_baseline_m=0.3, odom_window=60)
+DT = 1 / 30
+
+
+def run(source, odom, c2w, stamps, odom_stamps=None, odom_poses=None, est=None):
+    """Feed odometry (by default at the image stamps) and frames; returns the results."""
+    odom_stamps = stamps if odom_stamps is None else odom_stamps
+    odom_poses = odom if odom_poses is None else odom_poses
+    for t, p in zip(odom_stamps, odom_poses):
+        assert source.push_odometry(float(t), p) is None
+    out = []
+    for t, c in zip(stamps, c2w):
+        r = source.sample(float(t), c)
+        out.append(r)
+        if est is not None:
+            est.add(r)
+    return out
+
+
+@pytest.mark.parametrize("k", [0.01, 0.7, 1.0, 42.0])
+@pytest.mark.parametrize("forward, pitch", [(0.0, 0.0), (0.3, 0.0), (0.45, 0.35)])
+def test_recovers_k_with_a_lever_arm(k, forward, pitch):
+    T_bo = mount(forward=forward, up=0.4, pitch_down_rad=pitch)
+    odom = base_path("arc", 90, DT, speed=0.6, yaw_rate=0.8)
+    c2w = model_poses(odom, T_bo, k)
+    stamps = np.arange(90) * DT
+    out = run(OdometrySource(CFG, T_bo), odom, c2w, stamps)
+    samples = [r for r in out if isinstance(r, ScaleSample)]
+    assert len(samples) > 30
+    for s in samples:
+        assert s.metres_per_unit == pytest.approx(k, rel=1e-6)
+
+
+def test_lever_arm_ignored_would_be_wrong():
+    """The lever arm matters: fitting with the camera at the base biases k when turning."""
+    T_bo = mount(forward=0.5, up=0.3)
+    odom = base_path("arc", 90, DT, speed=0.3, yaw_rate=1.2)
+    c2w = model_poses(odom, T_bo, 2.0)
+    right = fit_odometry_scale(c2w, odom, T_bo, CFG)
+    T_at_base = T_bo.copy()
+    T_at_base[:3, 3] = 0.0
+    wrong = fit_odometry_scale(c2w, odom, T_at_base, CFG)
+    assert right[0] == pytest.approx(2.0, rel=1e-9)
+    assert abs(wrong[0] / 2.0 - 1) > 0.02
+
+
+def test_noisy_odometry_through_the_estimator():
+    rng = np.random.default_rng(5)
+    T_bo = mount(forward=0.3, up=0.5)
+    n = 400
+    odom = base_path("arc", n, DT, speed=0.5, yaw_rate=0.4)
+    c2w = model_poses(odom, T_bo, 3.0)
+    c2w[:, :3, 3] += rng.normal(0, 0.002 / 3.0, (n, 3))  # 2 mm of model noise
+    est = ScaleEstimator(CFG)
+    run(OdometrySource(CFG, T_bo), odom, c2w, np.arange(n) * DT, est=est)
+    e = est.estimate
+    assert e.locked and e.metres_per_unit == pytest.approx(3.0, rel=0.01)
+
+
+def test_stationary_stretch_gives_no_sample_and_is_skipped():
+    T_bo = mount(forward=0.3)
+    n = 180
+    odom = base_path("stop_go", n, DT, speed=0.6, yaw_rate=0.2)
+    rng = np.random.default_rng(2)
+    c2w = model_poses(odom, T_bo, 0.5)
+    still = slice(n // 3, 2 * n // 3)
+    c2w[still, :3, 3] += rng.normal(0, 0.003, (n // 3, 3))  # the model jitters while still
+    out = run(OdometrySource(CFG, T_bo), odom, c2w, np.arange(n) * DT)
+    # well inside the stop (window full of still frames... after the drive left it)
+    samples = [r for r in out if isinstance(r, ScaleSample)]
+    assert samples and all(s.metres_per_unit == pytest.approx(0.5, rel=0.01) for s in samples)
+    first_still = fit_odometry_scale(c2w[n // 3 + 1:2 * n // 3], odom[n // 3 + 1:2 * n // 3],
+                                     T_bo, CFG)
+    assert first_still == "stationary"
+
+
+def test_turning_in_place_is_pure_rotation():
+    T_bo = mount(forward=0.3)
+    odom = base_path("spin", 60, DT, yaw_rate=1.0)
+    c2w = model_poses(odom, T_bo, 1.0)
+    out = run(OdometrySource(CFG, T_bo), odom, c2w, np.arange(60) * DT)
+    assert all(isinstance(r, Rejection) for r in out)
+    assert out[-1].reason == "pure_rotation"
+    still = base_path("still", 30, DT)
+    assert fit_odometry_scale(model_poses(still, T_bo, 1.0), still, T_bo, CFG) == "stationary"
+
+
+def test_planar_ignores_z_of_the_odometry():
+    """Wheel odometry reports z = 0 while the robot drives up a ramp: planar still fits k."""
+    T_bo = mount(forward=0.2)
+    n = 90
+    true = base_path("arc", n, DT, speed=0.5, yaw_rate=0.3)
+    true[:, 2, 3] = np.linspace(0, 0.4, n)  # the ramp, which the odometry does not see
+    c2w = model_poses(true, T_bo, 2.0)
+    flat = true.copy()
+    flat[:, 2, 3] = 0.0
+    planar = ScaleConfig(source="odometry", planar=True, min_baseline_m=0.3)
+    k3d = fit_odometry_scale(c2w, flat, T_bo, CFG)[0]
+    k2d = fit_odometry_scale(c2w, flat, T_bo, planar)[0]
+    assert k2d == pytest.approx(2.0, rel=1e-3)
+    assert abs(k3d / 2.0 - 1) > 2e-3
+
+
+def test_odometry_at_its_own_rate_is_interpolated():
+    T_bo = mount(forward=0.3)
+    fine = base_path("arc", 600, 1 / 100, speed=0.6, yaw_rate=0.5)  # 100 Hz odometry
+    odom_stamps = np.arange(600) / 100
+    img_stamps = np.arange(0.005, 5.9, 1 / 30)  # images between the odometry stamps
+    poses_at_img = []
+    for t in img_stamps:
+        i = int(t * 100)
+        poses_at_img.append(interpolate_pose(fine[i], fine[i + 1], t * 100 - i))
+    c2w = model_poses(np.stack(poses_at_img), T_bo, 1.5)
+    src = OdometrySource(CFG, T_bo)
+    out = run(src, None, c2w, img_stamps, odom_stamps, fine)
+    samples = [r for r in out if isinstance(r, ScaleSample)]
+    assert len(samples) > 100
+    # a constant-rate arc: interpolation is exact up to the chord's curvature
+    assert all(s.metres_per_unit == pytest.approx(1.5, rel=1e-3) for s in samples)
+
+
+def test_frames_newer_than_the_odometry_wait():
+    T_bo = mount()
+    odom = base_path("arc", 60, DT, speed=0.6)
+    c2w = model_poses(odom, T_bo, 1.0)
+    src = OdometrySource(CFG, T_bo)
+    r = src.sample(0.0, c2w[0])
+    assert r.reason == "no_odometry"
+    for i in range(30):  # odometry only up to frame 29
+        src.push_odometry(i * DT, odom[i])
+    results = [src.sample(i * DT, c2w[i]) for i in range(1, 40)]
+    assert results[-1].stamp_s == pytest.approx(29 * DT)  # newest covered frame
+    assert isinstance(results[-1], ScaleSample)
+
+
+def test_bad_inputs_are_counted_reasons():
+    T_bo = mount()
+    src = OdometrySource(CFG, T_bo)
+    assert src.push_odometry(0.0, np.full((4, 4), np.nan)).reason == "non_finite"
+    assert src.push_odometry(0.0, np.eye(3)).reason == "non_finite"
+    assert src.push_odometry(float("nan"), np.eye(4)).reason == "non_finite"
+    assert src.push_odometry(0.0, 2 * np.eye(4)).reason == "non_finite"  # not rigid
+    assert src.sample(0.0, np.eye(3)).reason == "wrong_size"
+    assert src.sample(0.0, np.full((4, 4), np.inf)).reason == "non_finite"
+    src.push_odometry(0.0, np.eye(4))
+    src.push_odometry(1.0, np.eye(4))
+    assert src.sample(0.5, np.eye(4)).reason == "out_of_sync"  # a 1 s gap in the odometry
+    with pytest.raises(ValueError, match="T_base_optical"):
+        OdometrySource(CFG, np.zeros((4, 4)))
+
+
+def test_pose_buffer_orders_and_replaces():
+    buf = PoseBuffer(max_dt_s=0.1)
+    buf.push(0.2, pose(t=(2, 0, 0)))
+    buf.push(0.0, pose(t=(0, 0, 0)))
+    buf.push(0.1, pose(t=(9, 0, 0)))
+    buf.push(0.1, pose(t=(1, 0, 0)))  # same stamp: replaced
+    assert len(buf) == 3
+    assert buf.at(0.15)[0, 3] == pytest.approx(1.5)
+    assert buf.at(0.3).reason == "out_of_sync"
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.floats(allow_nan=True, allow_infinity=True),
+                          st.sampled_from(["nan", "scaled", "ok", "shape", "int"])),
+                min_size=1, max_size=12))
+def test_garbage_never_raises(items):
+    src = OdometrySource(CFG, mount())
+    est = ScaleEstimator(CFG)
+    for i, (t, kind) in enumerate(items):
+        p = {"nan": np.full((4, 4), np.nan), "scaled": 3 * np.eye(4), "ok": pose(t=(i, 0, 0)),
+             "shape": np.eye(3), "int": np.eye(4, dtype=int)}[kind]
+        r = src.push_odometry(t, p)
+        if r is not None:
+            est.add(r)
+        est.add(src.sample(float(i) / 30, p if kind != "ok" else np.eye(4)))
+    assert est.estimate.samples + sum(n for _, n in est.estimate.rejections) >= len(items)

@@ -1,0 +1,79 @@
+"""lingbot-ros-offline --save-session / --resume: a recording in two runs gives the
+trajectory of one."""
+import json
+
+import pytest
+
+from lingbot_ros.tools.offline import main
+from lingbot_ros.tools.synthetic import render_sequence
+from lingbot_ros.tools.synthetic_writers import write_bag
+
+FAST = ["--width", "56", "--scale-frames", "2", "--window", "4", "--rollover", "8",
+        "--keyframes", "every_n", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def bag(tmp_path_factory):
+    return write_bag(render_sequence(16, 80, 60), tmp_path_factory.mktemp("bag") / "bag").path
+
+
+def summary(out):
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_a_recording_in_two_halves_gives_the_trajectory_of_one_run(tmp_path, bag):
+    whole, first, second, snap = (tmp_path / n for n in ("whole", "first", "second", "snap"))
+    assert main([str(bag), "--out", str(whole), *FAST]) == 0
+    # the first half saves every 3 frames and at its end (frame 9); the second resumes
+    assert main([str(bag), "--out", str(first), "--max-frames", "9", "--save-session", str(snap),
+                 "--snapshot-every", "3", *FAST]) == 0
+    assert summary(first)["snapshot"]["saves"] == 4
+    assert main([str(bag), "--out", str(second), "--resume", str(snap), *FAST]) == 0
+    s = summary(second)
+    assert s["snapshot"]["frames_skipped"] == 9 and s["frames_read"] == 16
+    assert s["frames_processed"] == 16 == summary(whole)["frames_processed"]
+    assert s["rollovers"] == summary(whole)["rollovers"] >= 1
+    assert (second / "trajectory.tum").read_bytes() == (whole / "trajectory.tum").read_bytes()
+
+
+def test_resume_refuses_another_setting_or_recording(tmp_path, bag, caplog):
+    snap = tmp_path / "snap"
+    assert main([str(bag), "--out", str(tmp_path / "a"), "--max-frames", "5",
+                 "--save-session", str(snap), *FAST]) == 0
+    other = [a if a != "4" else "5" for a in FAST]  # --window 5
+    assert main([str(bag), "--out", str(tmp_path / "b"), "--resume", str(snap), *other]) == 2
+    assert "window: saved 4, here 5" in caplog.text
+    shifted = write_bag(render_sequence(16, 80, 60, start_ns=10**9), tmp_path / "bag2").path
+    assert main([str(shifted), "--out", str(tmp_path / "c"), "--resume", str(snap), *FAST]) == 2
+    assert "another recording" in caplog.text
+    assert main([str(bag), "--out", str(tmp_path / "d"), "--resume", str(snap), "--ply",
+                 *FAST]) == 2
+    assert "--ply is not supported" in caplog.text
+
+
+def test_a_rerun_fleet_unit_resumes_from_its_last_snapshot(tmp_path, bag):
+    from lingbot_ros.tools.eval_table import parse_args as eval_args
+    from lingbot_ros.tools.fleet import OutputTree, execute_unit, plan_units, run_settings
+    from lingbot_ros.tools.offline import load_model
+
+    def unit_run(out, snapshot_every):
+        args = eval_args([str(bag), "--policies", "every_n", "--out", str(out), *FAST[:-3],
+                          "--snapshot-every", str(snapshot_every)])
+        settings = run_settings(args)
+        unit = plan_units([str(bag)], ["bag"], ["every_n"], args.snapshot_every)[0]
+        return unit, settings, OutputTree(out), load_model(args)
+
+    unit, settings, tree, model = unit_run(tmp_path / "plain", 0)
+    assert execute_unit(unit, settings, model, tree, "local").status == "ok"
+    want = (tree.unit_dir(unit.key) / "trajectory.tum").read_bytes()
+    # An earlier attempt of the unit got 9 frames in and saved there (the unit's folder).
+    unit, settings, tree, model = unit_run(tmp_path / "snap", 3)
+    folder = tree.state / "snapshots" / "bag__every_n"
+    folder.parent.mkdir(parents=True)
+    assert main([str(bag), "--out", str(tmp_path / "half"), "--max-frames", "9",
+                 "--save-session", str(folder), *FAST]) == 0
+    result = execute_unit(unit, settings, model, tree, "local")
+    assert result.status == "ok", result.error
+    assert result.summary["snapshot"]["frames_skipped"] == 9
+    assert (tree.unit_dir(unit.key) / "trajectory.tum").read_bytes() == want
+    assert not folder.exists()  # the unit is done: its snapshot is gone
