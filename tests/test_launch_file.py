@@ -89,7 +89,7 @@ def test_starts_our_node(tree):
     # The parameters that launch arguments override are the params file's (use_sim_time is
     # rclpy's own).
     assert {"checkpoint", "topics.use_compressed", "autostart", "device",
-            "frames.base"} <= set(values)
+            "frames.base", "scale.source"} <= set(values)
 
 
 def test_the_executable_and_the_installed_files_exist():

@@ -222,7 +222,7 @@ def test_optional_modules_are_imported_lazily_only(imports, exec_depends):
 def test_the_import_scan_sees_the_known_imports(imports):
     """The scan itself: relative imports resolved, lazy and eager imports told apart."""
     modules = {(i.module, i.source.name, i.lazy) for i in imports}
-    assert ("rclpy", "node.py", False) in modules
+    assert ("rclpy.lifecycle", "node.py", False) in modules
     assert ("safetensors.torch", "loader.py", True) in modules
     assert ("flashinfer", "flashinfer_paged.py", True) in modules
     assert ("lingbot_ros.model.qk_norm_rope_triton", "qk_fused.py", True) in modules

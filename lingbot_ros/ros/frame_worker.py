@@ -34,6 +34,8 @@ from .frame_queue import FrameQueue
 from .messages import ns_to_stamp, stamp_to_ns
 from .pending_frames import PendingFrame, PendingFrames
 from .robot_frames import RobotFrames, extrinsic_summary
+from .session_snapshot import start_save
+from .stream_scale import StreamScale
 from .telemetry import NodeTelemetry
 
 
@@ -68,16 +70,20 @@ class FrameOutputs(Protocol):
                 depth_due: Optional[bool] = None) -> Optional[str]: ...
     def restart(self) -> None: ...
     def clear(self) -> None: ...
+    def withholds(self, scale) -> bool: ...
 
 
 class FrameWorker:
     def __init__(self, session, outputs: FrameOutputs, status_sink: StatusSink,
                  telemetry: NodeTelemetry, *, robot_frames: RobotFrames, log: Log,
                  queue_size: int, max_image_pixels: int, use_compressed: bool = False,
-                 alive: Callable[[], bool] = lambda: True) -> None:
+                 alive: Callable[[], bool] = lambda: True,
+                 scale: Optional[StreamScale] = None, scale_topic=None) -> None:
         """``session``: a ``StreamingSession`` (its public API only); ``robot_frames``: the
         TF chain each image is published in; ``alive``: False once the process is shutting
-        down (an error then ends the thread quietly)."""
+        down (an error then ends the thread quietly). ``scale``: the stream's metric scale
+        (fed each finished frame before its outputs, reset with the stream; None: model
+        units, no ``~/scale``); ``scale_topic``: told of every change (``changed``)."""
         self._session = session
         self._outputs = outputs
         self._status = status_sink
@@ -87,6 +93,8 @@ class FrameWorker:
         self._limits = ImageLimits(max_pixels=max_image_pixels)
         self._use_compressed = use_compressed
         self._alive = alive
+        self._scale = scale
+        self._scale_topic = scale_topic
         # An anchor frame's depth came with the scale phase: the topic's period decides.
         self._num_scale_frames = session.info()["startup_latency_frames"]
         self._queue = FrameQueue(queue_size)
@@ -125,6 +133,7 @@ class FrameWorker:
                 self._session.reset()
                 self._frames.clear()
                 self._outputs.clear()
+                self._reset_scale()
                 self._telemetry.stream_reset(self._session.info())
                 applied = self._robot_frames.restart()
                 if applied:
@@ -132,6 +141,42 @@ class FrameWorker:
         finally:
             self._no_reset_waiting.set()
         return dropped
+
+    def save_session(self, path, node_state=None, extra=None):
+        """~/save_session: taken between two frames like a reset (the frame in flight is
+        published first, then the stream is copied to the host: all the worker waits for);
+        returns the ``SnapshotJob`` writing it in the background. ``node_state``: a callable
+        giving the outputs' own state. ``SnapshotError`` if it cannot be taken."""
+        self._no_reset_waiting.clear()
+        try:
+            with self._lock:
+                self._publish_in_flight()
+                state = node_state() if node_state is not None else None
+                return start_save(self._session, path, state, extra)
+        finally:
+            self._no_reset_waiting.set()
+
+    def load_session(self, path, load_node_state=None) -> dict:
+        """~/load_session: replace the stream by the snapshot at ``path`` between two frames
+        (the frame in flight is published first; queued images are dropped, counted
+        ``dropped_reset``). ``SnapshotError``, and the stream untouched, when it cannot be
+        restored. Returns its manifest."""
+        self._no_reset_waiting.clear()
+        try:
+            with self._lock:
+                self._publish_in_flight()
+                manifest = self._session.restore(path)
+                self._generation += 1
+                self._telemetry.count("dropped_reset", self._queue.clear())
+                self._frames.clear()
+                self._outputs.clear()
+                self._reset_scale()  # a snapshot holds no scale: it is estimated anew
+                if load_node_state is not None:
+                    load_node_state(manifest.get("front_end_state"))
+                self._telemetry.stream_reset(self._session.info())
+                return manifest
+        finally:
+            self._no_reset_waiting.set()
 
     def start(self) -> None:
         self._stop.clear()
@@ -215,6 +260,8 @@ class FrameWorker:
                 # cv_bridge when a ROS install registers it, else our exact numpy path
                 array, encoding = image_to_array(msg, self._limits, backend="auto"), msg.encoding
             depth_due, with_depth = self._outputs.depth_wanted()
+            if self._scale is not None and self._scale.needs_depth:
+                with_depth = True  # the depth source samples every frame's depth
             try:
                 # finishes the frame before this one, then queues this one on the GPU
                 ticket = session.submit(array, stamp_ns, encoding, with_depth=with_depth)
@@ -258,8 +305,16 @@ class FrameWorker:
             if frame is None:  # its context aged out (the bound of PendingFrames)
                 self._telemetry.count("dropped_no_context")
                 continue
-            note = self._outputs.publish(outcome, frame.chain, frame.depth_due
-                                         if outcome.index >= self._num_scale_frames else None)
+            depth_due = frame.depth_due if outcome.index >= self._num_scale_frames else None
+            withheld = False
+            if self._scale is None:
+                note = self._outputs.publish(outcome, frame.chain, depth_due)
+            else:  # the frame's sample first: its own outputs may be the first in metres
+                scale = self._scale.on_frame(outcome, frame.chain.T_base_optical)
+                if self._scale_topic is not None:
+                    self._scale_topic.changed(scale)
+                withheld = self._outputs.withholds(scale)
+                note = self._outputs.publish(outcome, frame.chain, depth_due, scale)
             now = time.monotonic()
             end_to_end_ms = (now - frame.item.received) * 1e3
             self._telemetry.frame_published(now, end_to_end_ms, float(outcome.K[0, 0]),
@@ -267,7 +322,10 @@ class FrameWorker:
             # The anchor phase yields several frames at once: each status has its own stamp.
             header = Header(stamp=ns_to_stamp(outcome.stamp_ns),
                             frame_id=frame.item.msg.header.frame_id)
-            self._status.frame(outcome, header, end_to_end_ms, note or "")
+            if withheld:  # no pose before the scale locked: says how far the estimate is
+                self._status.initializing(header, note)
+            else:
+                self._status.frame(outcome, header, end_to_end_ms, note or "")
         if outcomes:
             self._telemetry.set_session_info(self._session.info())
 
@@ -285,9 +343,17 @@ class FrameWorker:
         for event in self._session.pop_events():
             self._telemetry.restarted(event.kind, event.message, time.monotonic())
             self._outputs.restart()
+            self._reset_scale()
             self._restart_note = event.message  # for the next INITIALIZING status
             self._log.warning(f"{event.message} (image stamp "
                               f"{header.stamp.sec}.{header.stamp.nanosec:09d})")
+
+    def _reset_scale(self) -> None:
+        """A new stream (reset, restart): a new scale estimate (a rollover keeps it)."""
+        if self._scale is not None:
+            estimate = self._scale.reset()
+            if self._scale_topic is not None:
+                self._scale_topic.changed(estimate)
 
     def _throttled(self, what: str, period_s: float, log, message: str) -> None:
         """Log ``message`` unless ``what`` was logged less than ``period_s`` ago."""

@@ -69,6 +69,17 @@ class MapPoints:
         write_ply(path, xyz, rgb, comments=comments)
         return len(xyz)
 
+    def state_dict(self) -> dict:
+        """The voxel map as plain data (a stream snapshot's part)."""
+        with self._lock:
+            return self._map.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Hold the map of a restored snapshot; published at the next period."""
+        with self._lock:
+            self._map.load_state_dict(state)
+            self._changed = True
+
     def snapshot(self) -> tuple[np.ndarray, np.ndarray]:
         with self._lock:
             xyz, rgb = self._map.arrays()

@@ -22,20 +22,24 @@ from typing import Optional
 
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.qos import qos_profile_sensor_data
+from nav_msgs.msg import Odometry
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.task import Future
-from sensor_msgs.msg import CameraInfo
+from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import Header
 
-from ..session import StreamingSession, load_session_model, warm_up
+from ..session import StreamingSession, load_session_model, model_origin, warm_up
 from . import params
 from .background_job import BackgroundJob
 from .frame_worker import FrameWorker
 from .image_input import ImageInput
 from .outputs import Outputs
 from .robot_frames import RobotFrames, tf_tree_mode
+from .scale_topic import ScalePublisher
 from .services import Services
+from .session_snapshot import SnapshotError, start_save
 from .status import Status
+from .stream_scale import SOURCES_FOR_A_ROBOT, StreamScale, odometry_msg_pose, units_header
 from .telemetry import NodeTelemetry
 from .tf_listener import TfListener
 from .tf_tree import TransformTree
@@ -49,7 +53,7 @@ class ConfigureInterrupted(BaseException):
     KeyboardInterrupt is) to ``main()``, which exits 0 without waiting for the model load."""
 
 
-def _build_session(settings: params.Settings) -> tuple[StreamingSession, bool]:
+def _build_session(settings: params.Settings) -> tuple[StreamingSession, bool, Optional[dict]]:
     """Configure's heavy part: the model (checkpoint or random), the session, the warm-up."""
     model, random_weights = load_session_model(
         settings.session, settings.preset, settings.checkpoint or None, settings.precision,
@@ -58,7 +62,12 @@ def _build_session(settings: params.Settings) -> tuple[StreamingSession, bool]:
     session = StreamingSession(model, settings.session)
     if settings.warmup:
         warm_up(session)
-    return session, random_weights
+    # session.resume_from: a snapshot that cannot be restored fails the configure (with the
+    # reason), never a fresh map in its place
+    resumed = session.restore(settings.resume_from) if settings.resume_from else None
+    if settings.save_on_shutdown:  # the weights' digest now, not in the shutdown's time
+        model_origin(model)
+    return session, random_weights, resumed
 
 
 class LingbotNode(LifecycleNode):
@@ -78,10 +87,15 @@ class LingbotNode(LifecycleNode):
         self.image_input: Optional[ImageInput] = None  # the image subscription; while active
         self.worker: Optional[FrameWorker] = None  # the thread from the queue to the outputs
         self.outputs: Optional[Outputs] = None
+        # the stream's metric scale (scale.*): from configure to cleanup, like the session;
+        # fed by the worker, reset with the stream (docs/node.md "Scale")
+        self.scale: Optional[StreamScale] = None
+        self.scale_topic: Optional[ScalePublisher] = None  # ~/scale; while active
         self._service_handles: Optional[Services] = None
         self.status: Optional[Status] = None
         self._subs: list = []
         self.configure_job: Optional[BackgroundJob] = None  # the heavy part of a configure
+        self._resume_state: Optional[dict] = None  # a restored snapshot's map and path
 
     # -- lifecycle ---------------------------------------------------------------------------
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -114,7 +128,7 @@ class LingbotNode(LifecycleNode):
             raise ConfigureInterrupted()
         self.configure_job = None
         try:
-            session, random_weights = job.result()
+            session, random_weights, resumed = job.result()
         except Exception as exc:  # a bad checkpoint, no CUDA, no flashinfer...
             self.get_logger().error(f"configure failed: {type(exc).__name__}: {exc}")
             return TransitionCallbackReturn.FAILURE
@@ -123,6 +137,12 @@ class LingbotNode(LifecycleNode):
                 f"NO CHECKPOINT: model.preset '{settings.preset}' with RANDOM weights; poses "
                 "are NOT meaningful. Set the 'checkpoint' parameter for real estimates.")
         self.settings, self.session = settings, session
+        self.scale = StreamScale(settings.scale)
+        if resumed is not None:
+            self._resume_state = resumed.get("front_end_state")
+            self.get_logger().info(
+                f"resumed the stream of {settings.resume_from}: "
+                f"{resumed.get('frames_processed', 0)} frames, the same map frame")
         info = session.info()
         self.telemetry.set_session_info(info)
         if not self.context.ok():  # SIGINT/SIGTERM arrived meanwhile: main() exits cleanly
@@ -164,17 +184,59 @@ class LingbotNode(LifecycleNode):
             tree = TransformTree()
             self._tf_listener = TfListener(self, tree)
         self.robot_frames = RobotFrames(cfg, tree)
-        self.outputs = Outputs(self, cfg, tree)
+        self.outputs = Outputs(self, cfg, tree, self.settings.scale)
+        self.scale_topic = ScalePublisher(self, cfg.map_frame, lambda: self.scale.estimate)
+        if self._resume_state is not None:  # a restored snapshot's map and path
+            self.outputs.load_node_state(self._resume_state)
+            self._resume_state = None
         self.status = Status(self)
         self.worker = FrameWorker(
             self.session, self.outputs, self.status, self.telemetry,
             robot_frames=self.robot_frames, log=self.get_logger(), queue_size=cfg.queue_size,
             max_image_pixels=cfg.max_image_pixels, use_compressed=cfg.use_compressed,
-            alive=self.context.ok)
+            alive=self.context.ok, scale=self.scale, scale_topic=self.scale_topic)
         self.image_input = ImageInput(self, cfg, self._on_image)  # its QoS fits the camera
         self._subs = [self.create_subscription(CameraInfo, cfg.camera_info_topic,
                                                self._on_camera_info, qos_profile_sensor_data)]
+        self._subs += self._scale_inputs()
         self.worker.start()
+
+    def _scale_inputs(self) -> list:
+        """The scale source's subscriptions (``aligned_depth``, ``odom_in``: relative, remap
+        them); the warning of a robot whose outputs stay in model units."""
+        cfg, source = self.settings.node, self.settings.scale.source
+        if source == "none":
+            if not cfg.camera_only:
+                self.get_logger().warning(
+                    f"scale.source is none: every distance ({cfg.base_frame} in "
+                    f"{cfg.map_frame}, odometry, TF, depth, points) is in the model's units, "
+                    "NOT metres (Nav2, robot_localization, nvblox assume metres). Sources that "
+                    "fit a robot: " + "; ".join(SOURCES_FOR_A_ROBOT) + " (docs/node.md, Scale)")
+            return []
+        self.get_logger().info(
+            f"scale.source {source}: outputs in metres once the scale locks"
+            + (" (until then TF, odometry, pose and depth are withheld)"
+               if self.settings.scale.before_lock == "withhold" else
+               " (until then in model units: scale.before_lock publish_model_units)"))
+        # reliable only when the image input is (a reliable reader misses best-effort cameras)
+        qos = QoSProfile(depth=16, reliability=ReliabilityPolicy.RELIABLE
+                         if cfg.image_qos == "reliable" else ReliabilityPolicy.BEST_EFFORT)
+        if source == "depth":
+            return [self.create_subscription(Image, "aligned_depth", self._on_depth, qos)]
+        if source == "odometry":
+            return [self.create_subscription(Odometry, "odom_in", self._on_odometry,
+                                             QoSProfile(depth=100, reliability=qos.reliability))]
+        return []
+
+    def _on_depth(self, msg) -> None:
+        scale = self.scale
+        if scale is not None:
+            scale.push_depth(msg)
+
+    def _on_odometry(self, msg) -> None:
+        scale = self.scale
+        if scale is not None:
+            scale.push_odometry(*odometry_msg_pose(msg))
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Stop intake; queued frames are dropped and counted; the session keeps its state."""
@@ -206,7 +268,9 @@ class LingbotNode(LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def on_shutdown(self, state: Optional[LifecycleState]) -> TransitionCallbackReturn:
-        """Stop and free everything; the process then exits (``finished``)."""
+        """Stop and free everything (with ``session.save_on_shutdown``, the stream is saved
+        first); the process then exits (``finished``)."""
+        self._save_on_shutdown()
         self._stop_io()
         self._release()
         self._configured = False
@@ -250,6 +314,9 @@ class LingbotNode(LifecycleNode):
         if self.status is not None:
             self.status.destroy()
             self.status = None
+        if self.scale_topic is not None:
+            self.scale_topic.destroy()
+            self.scale_topic = None
         if self.outputs is not None:
             self.outputs.destroy()
             self.outputs = None
@@ -260,6 +327,7 @@ class LingbotNode(LifecycleNode):
     def _stop_io_refs(self) -> None:
         """Forget whatever ``_stop_io`` could not take down (after a failed activate)."""
         self.image_input = self.worker = self.outputs = self.status = None
+        self.scale_topic = None
         self._tf_listener = None
         self._subs = []
 
@@ -270,6 +338,7 @@ class LingbotNode(LifecycleNode):
             self._service_handles.destroy()
             self._service_handles = None
         self.session = None
+        self.scale = None
         self.telemetry.set_session_info(None)
         gc.collect()
         try:
@@ -297,18 +366,82 @@ class LingbotNode(LifecycleNode):
     def _on_camera_info(self, msg: CameraInfo) -> None:
         self.camera_info = msg
 
+    # -- snapshots ---------------------------------------------------------------------------
+    def _save_on_shutdown(self) -> None:
+        """``session.save_on_shutdown``: the worker stops (the frame in flight published),
+        then the stream, map and path are written (once; a failure is logged)."""
+        settings, session = self.settings, self.session
+        if settings is None or session is None or not settings.save_on_shutdown:
+            return
+        if self.worker is not None:
+            self.worker.stop()
+        try:
+            if session.in_flight:  # the worker stopped mid-frame: finish it into the stream
+                session.collect()
+            state = self.outputs.node_state() if self.outputs is not None else None
+            ok, message, _, _ = start_save(session, settings.save_on_shutdown, state).wait()
+        except Exception as exc:  # noqa: BLE001 -- shutting down anyway: say why
+            ok, message = False, f"{type(exc).__name__}: {exc}"
+        log = self.get_logger()
+        (log.info if ok else log.error)(f"session.save_on_shutdown: {message}")
+
+    def save_session(self, path) -> tuple[bool, str, int, int]:
+        """~/save_session: (success, message, bytes, frames)."""
+        session, worker, outputs = self.session, self.worker, self.outputs
+        try:
+            if worker is not None:
+                job = worker.save_session(path, outputs.node_state if outputs else None)
+            else:  # inactive: nothing in flight (published on stopping)
+                job = start_save(session, path)
+        except SnapshotError as exc:
+            return False, str(exc), 0, 0
+        return job.wait()
+
+    def load_session(self, path) -> tuple[bool, str, int]:
+        """~/load_session: (success, message, frames)."""
+        session, worker, outputs = self.session, self.worker, self.outputs
+        try:
+            if worker is not None:
+                manifest = worker.load_session(path, outputs.load_node_state if outputs
+                                               else None)
+            else:  # inactive: the map and path are loaded when it activates
+                manifest = session.restore(path)
+                if self.scale is not None:  # a snapshot holds no scale: estimated anew
+                    self.scale.reset()
+                self._resume_state = manifest.get("front_end_state")
+                self.telemetry.stream_reset(session.info())
+        except SnapshotError as exc:
+            return False, f"not loaded (the stream is unchanged): {exc}", 0
+        frames = int(manifest.get("frames_processed", 0))
+        return True, f"loaded {path}: {frames} frames; the stream continues from it", frames
+
     # -- services' side ----------------------------------------------------------------------
     def outputs_info(self) -> dict:
         """The outputs' counters for diagnostics (map size, TF failures); {} when inactive."""
+        outputs, scale = self.outputs, self.scale
+        info = outputs.info() if outputs is not None else {}
+        if scale is not None:
+            info.update(scale.info())
+        return info
+
+    def scale_estimate(self):
+        """The stream's scale snapshot (``ScaleEstimate``; None when unconfigured): the units
+        ~/pose and save_trajectory are in."""
+        scale = self.scale
+        return scale.estimate if scale is not None else None
+
+    def map_units(self) -> str:
+        """The units of the map's points: "m" once points were added with a locked scale."""
         outputs = self.outputs
-        return outputs.info() if outputs is not None else {}
+        scale = outputs.map_scale if outputs is not None else None
+        return "m" if scale is not None and scale.output_factor is not None else "model units"
 
     def save_map(self, path) -> Optional[int]:
         """Write ~/map_points as PLY; the number of points, or None without a map."""
         outputs = self.outputs
         if outputs is None or outputs.map is None:
             return None
-        return outputs.map.save(path)
+        return outputs.map.save(path, comments=units_header(outputs.map_scale))
 
     def set_paused(self, paused: bool) -> str:
         """~/pause: while paused, images are dropped (counted as dropped_paused) and ~/status
@@ -336,6 +469,8 @@ class LingbotNode(LifecycleNode):
             dropped = self.worker.reset()
         else:  # inactive: no worker thread, nothing in flight (it published it on stopping)
             self.session.reset()
+            if self.scale is not None:
+                self.scale.reset()
             self.telemetry.stream_reset(self.session.info())
             dropped = 0
         return (f"reset: caches and trajectory cleared, {dropped} queued frame(s) dropped "

@@ -28,6 +28,7 @@ class NodeConfig:
     base_frame: str = "base_link"
     camera_frame: str = ""  # "" = the image header's frame_id
     camera_is_optical: bool = True  # the camera frame has optical axes (x right, y down)
+    ground_frame: str = "base_footprint"  # scale camera_height: the floor under the robot
     publish_map_to_odom: bool = True  # map -> odom (identity, or corrects another odometry)
     publish_odom_to_base: bool = True  # odom -> base (we are the odometry source)
     wait_for_extrinsic_s: float = 10.0  # base -> camera missing this long: diagnostics ERROR

@@ -34,6 +34,7 @@ from ..scale import ScaleConfig, ScaleEstimate, depth_to_metres
 from ..session import FrameResult
 from .frames import FrameChain, body_velocity
 from .map_points import MapPoints
+from .session_snapshot import load_node_state, node_state
 from .messages import (camera_info_msg, depth_image, ns_to_stamp, odometry, point_cloud,
                        pose_stamped, scaled_covariance, transform)
 from .path_publisher import PathPublisher
@@ -212,6 +213,16 @@ class Outputs:
         self._held.clear()
         self._published_model_units = False
         self.map_scale = None
+
+    def node_state(self) -> dict:
+        """The outputs' own state for a stream snapshot: the voxel map, the ~/path history."""
+        return node_state(self.map, self.path.records())
+
+    def load_node_state(self, state) -> None:
+        """Continue a restored snapshot's map and path (what ``node_state`` saved)."""
+        records = load_node_state(state, self.map)
+        if records is not None:
+            self.path.load_records(records)
 
     def restart(self) -> None:
         """The stream restarted itself: no twist across the restart; frames kept for the

@@ -9,8 +9,8 @@ range checks of ``NodeConfig``, and the defaults listed in ``config/lingbot_ros.
 docs/node.md (a test keeps both equal to the table). Ranges live here and nowhere else; the
 choice lists are config.py's (the session's configs check them too).
 
-No rclpy and no torch here (stdlib and config.py only): ``NodeConfig`` (node_config.py)
-validates itself against these rows, and the torch-free TF code imports ``NodeConfig``.
+No rclpy and no torch here (stdlib, config.py and scale/config.py only): ``NodeConfig``
+(node_config.py) validates itself against these rows, and the torch-free TF code imports ``NodeConfig``.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional
 from ..config import (ATTENTION_BACKENDS, FLASHINFER_VARIANTS, FUSED_KERNEL_MODES,
                       HEAD_PRECISIONS, KEYFRAME_POLICIES, MAX_KV_SPLITS, MODEL_PRESETS,
                       PRECISIONS, STAMP_BACKWARDS_POLICIES)
+from ..scale.config import BEFORE_LOCK_POLICIES, SCALE_SOURCES
 
 IMAGE_QOS = ("auto", "sensor_data", "reliable")  # qos.image (ros/image_input.py)
 
@@ -131,6 +132,12 @@ PARAMS: tuple[Param, ...] = (
       range=(0.0, 1e6), to_config=none_if_zero),
     P("session.size_change_frames", int, 3, "session.size_change_frames",
       "consecutive frames of a new input size that reset the stream on it", range=(1, 1000)),
+    P("session.resume_from", str, "", "settings.resume_from",
+      "snapshot directory (~/save_session) to continue at configure, in the same map frame; "
+      "empty = a new stream. A snapshot that cannot be restored fails the configure"),
+    P("session.save_on_shutdown", str, "", "settings.save_on_shutdown",
+      "snapshot directory written on a clean shutdown (SIGINT, SIGTERM, lifecycle "
+      "shutdown); empty = none"),
     # --- paged KV cache
     P("cache.window", int, 64, "session.window", "frames of full context, current included",
       range=(1, 1024)),
@@ -172,6 +179,9 @@ PARAMS: tuple[Param, ...] = (
       "camera frame; empty = the image header's frame_id"),
     P("frames.camera_is_optical", bool, True, "node.camera_is_optical",
       "the camera frame has optical axes"),
+    P("frames.ground", str, "base_footprint", "node.ground_frame",
+      "scale camera_height: the frame on the floor under the robot (the camera's height over "
+      "it from TF, when scale.camera_height_m is 0)"),
     P("tf.publish_map_to_odom", bool, True, "node.publish_map_to_odom",
       "publish map -> odom (identity, or the correction of another node's odom -> base when "
       "tf.publish_odom_to_base is false)"),
@@ -182,13 +192,61 @@ PARAMS: tuple[Param, ...] = (
       "ERROR (the node keeps waiting)", range=(0.1, 3600.0)),
     # --- ~/odometry covariance
     P("odometry.position_variance", float, 1e-2, "node.odom_position_var",
-      "~/odometry pose covariance diagonal, x y z (model units squared)", range=(0.0, 1e6)),
+      "~/odometry pose covariance diagonal, x y z (squared output units: m^2 once a scale "
+      "source locked, + the scale's uncertainty)", range=(0.0, 1e6)),
     P("odometry.orientation_variance", float, 1e-3, "node.odom_orientation_var",
       "~/odometry pose covariance diagonal, roll pitch yaw (rad^2)", range=(0.0, 1e6)),
     P("odometry.linear_velocity_variance", float, 1e-1, "node.odom_linear_var",
-      "~/odometry twist covariance diagonal, linear ((model units/s)^2)", range=(0.0, 1e6)),
+      "~/odometry twist covariance diagonal, linear ((output units/s)^2)", range=(0.0, 1e6)),
     P("odometry.angular_velocity_variance", float, 1e-2, "node.odom_angular_var",
       "~/odometry twist covariance diagonal, angular ((rad/s)^2)", range=(0.0, 1e6)),
+    # --- metric scale (docs/node.md "Scale", docs/scale.md)
+    P("scale.source", str, "none", "scale.source",
+      "where metres come from: none (model units) | fixed (scale.factor) | depth "
+      "(aligned_depth) | odometry (odom_in) | camera_height (not wired into the node yet)",
+      choices=SCALE_SOURCES),
+    P("scale.factor", float, 1.0, "scale.factor", "fixed: metres per model unit",
+      range=(1e-6, 1e6)),
+    P("scale.depth_unit_m", float, 0.0, "scale.depth_unit_m",
+      "depth: metres per sensor unit; 0 = by the encoding (16UC1 mm, 32FC1 m)",
+      range=(0.0, 1e3), to_config=none_if_zero),
+    P("scale.depth_max_dt_s", float, 0.02, "scale.depth_max_dt_s",
+      "depth: max stamp difference between a depth and a colour image", range=(1e-6, 10.0)),
+    P("scale.depth_min_m", float, 0.1, "scale.depth_min_m",
+      "depth: sensor readings below this are invalid", range=(0.0, 1e4)),
+    P("scale.depth_max_m", float, 10.0, "scale.depth_max_m",
+      "depth: sensor readings above this are invalid", range=(1e-3, 1e6)),
+    P("scale.depth_min_conf", float, 1.5, "scale.depth_min_conf",
+      "depth: model pixels below this confidence (1 + exp(.)) are masked", range=(1.0, 1e6)),
+    P("scale.min_pixels", int, 1000, "scale.min_pixels",
+      "depth: valid pixels (every 3rd model pixel along x and y) a sample needs",
+      range=(1, 100_000_000)),
+    P("scale.min_baseline_m", float, 0.3, "scale.min_baseline_m",
+      "odometry: base path length (m) per sample", range=(1e-3, 1e3)),
+    P("scale.odom_min_step_m", float, 0.1, "scale.odom_min_step_m",
+      "odometry: frames paired this far apart (less: the base stood still); at most "
+      "scale.min_baseline_m", range=(1e-4, 1e3)),
+    P("scale.planar", bool, False, "scale.planar",
+      "odometry: compare x/y of the base only (wheel odometry)"),
+    P("scale.camera_height_m", float, 0.0, "scale.camera_height_m",
+      "camera_height: the camera's height over the floor (m); 0 = from TF (frames.ground)",
+      range=(0.0, 1e3), to_config=none_if_zero),
+    P("scale.max_ground_tilt_deg", float, 10.0, "scale.max_ground_tilt_deg",
+      "camera_height: max angle of the floor's normal to the base's up axis",
+      range=(0.1, 89.0)),
+    P("scale.min_samples", int, 10, "scale.min_samples",
+      "samples LOCKED needs", range=(1, 100)),
+    P("scale.lock_spread", float, 0.05, "scale.lock_spread",
+      "max relative spread (1.4826 MAD of the log samples) to lock", range=(1e-6, 10.0)),
+    P("scale.max_change_per_s", float, 0.01, "scale.max_change_per_s",
+      "after LOCKED: max change of log(scale) per second of stamps (no TF jump)",
+      range=(1e-9, 10.0)),
+    P("scale.stale_timeout_s", float, 5.0, "scale.stale_timeout_s",
+      "diagnostics WARN (with the reason) when the source gave no sample this long",
+      range=(0.01, 3600.0)),
+    P("scale.before_lock", str, "withhold", "scale.before_lock",
+      "before LOCKED: withhold (no pose, odometry, TF, depth, points; ~/path gets them in "
+      "metres at the lock) | publish_model_units", choices=BEFORE_LOCK_POLICIES),
     # --- outputs
     P("publish.depth_rate_hz", float, 10.0, "node.depth_rate_hz",
       "~/depth and ~/depth/camera_info at most this often; 0 = off", range=(0.0, 1000.0)),
@@ -205,7 +263,8 @@ PARAMS: tuple[Param, ...] = (
       "keyframes added to the map, and the map published, at most this often",
       range=(0.01, 100.0)),
     P("map.voxel_size", float, 0.05, "node.map_voxel_size",
-      "map voxel edge (model units); doubles when the map is full", range=(1e-4, 1e3)),
+      "map voxel edge (the outputs' units: metres once a scale source locked); doubles when "
+      "the map is full", range=(1e-4, 1e3)),
     P("map.max_points", int, 1_000_000, "node.map_max_points",
       "memory bound of the map (16 bytes a point; at least 8: one voxel's corners)",
       range=(8, 100_000_000)),
@@ -232,5 +291,5 @@ PARAMS_BY_ATTRIBUTE = {p.attribute: p for p in PARAMS}
 
 def rows(config: str) -> tuple[Param, ...]:
     """The rows that set fields of ``config`` (``node``, ``session``, ``session.keyframes``,
-    ``session.preprocess``, ``settings``)."""
+    ``session.preprocess``, ``scale``, ``settings``)."""
     return tuple(p for p in PARAMS if p.field.rsplit(".", 1)[0] == config)

@@ -34,6 +34,8 @@ class Settings:
     camera_head_precision: str
     autostart: bool
     warmup: bool
+    resume_from: str = ""  # a snapshot to continue at configure (docs/node.md)
+    save_on_shutdown: str = ""  # where to write one on a clean shutdown
 
 
 def build_settings(values: dict) -> Settings:

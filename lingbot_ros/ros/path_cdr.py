@@ -84,6 +84,24 @@ class PathCdr:
     def clear(self) -> None:
         self._start = self._count = 0
 
+    def records(self) -> np.ndarray:
+        """A copy of the poses' records (count, record_size), oldest first (a snapshot)."""
+        return self._ordered().copy()
+
+    def load_records(self, records: np.ndarray) -> None:
+        """Hold ``records`` (from ``records()`` of a path with the same frame id); the newest
+        ``max_poses`` are kept. ValueError for records of another size."""
+        records = np.asarray(records, np.uint8)
+        if records.ndim != 2 or records.shape[1] != self.record_size:
+            raise ValueError(f"path records of shape {records.shape}, this path's are "
+                             f"(n, {self.record_size})")
+        if self.max_poses:
+            records = records[-self.max_poses:]
+        rows = max(1024 if not self.max_poses else min(self.max_poses, 1024), len(records))
+        self._records = self._blank(rows)
+        self._records[:len(records)] = records
+        self._start, self._count = 0, len(records)
+
     def last_stamp(self) -> tuple[int, int] | None:
         """(sec, nanosec) of the newest pose, None when empty."""
         if not self._count:

@@ -82,6 +82,21 @@ class PathPublisher:
         restart; a Path taken before the reset is never published after the empty one."""
         self._send_path(clear=True)
 
+    def records(self):
+        """The history's records, oldest first (a stream snapshot's part)."""
+        with self._path_lock:
+            return self._path_poses.records()
+
+    def load_records(self, records) -> None:
+        """Replace the history by ``records`` (a restored snapshot's); published soon."""
+        with self._path_lock:
+            self._path_poses.load_records(records)
+            self._path_pending = True
+            wake, self._path_scheduled = not self._path_scheduled, True
+        guard = self._path_wake
+        if wake and guard is not None:
+            guard.trigger()
+
     def destroy(self) -> None:
         """Stop the path wake and timer, publish the poses held back (the last Path of a
         stream holds every pose), then remove the publisher."""

@@ -1,4 +1,5 @@
-"""The node's services: ~/reset, ~/pause, ~/get_cache_info, ~/save_trajectory, ~/save_map."""
+"""The node's services: ~/reset, ~/pause, ~/get_cache_info, ~/save_trajectory, ~/save_map,
+~/save_session, ~/load_session."""
 from __future__ import annotations
 
 import os
@@ -6,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 from lingbot_ros_interfaces.msg import CacheInfo
-from lingbot_ros_interfaces.srv import GetCacheInfo, SaveMap, SaveTrajectory
+from lingbot_ros_interfaces.srv import (GetCacheInfo, LoadSession, SaveMap, SaveSession,
+                                       SaveTrajectory)
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from std_srvs.srv import SetBool, Trigger
 
@@ -14,6 +16,7 @@ from ..geometry import write_tum
 from .frames import FrameChain
 from .messages import cache_info
 from .robot_frames import DEFAULT_CAMERA_FRAME
+from .stream_scale import units_header
 
 
 class Services:
@@ -27,7 +30,11 @@ class Services:
             node.create_service(SaveTrajectory, "~/save_trajectory", self._save,
                                 callback_group=group),
             node.create_service(SetBool, "~/pause", self._pause, callback_group=group),
-            node.create_service(SaveMap, "~/save_map", self._save_map, callback_group=group)]
+            node.create_service(SaveMap, "~/save_map", self._save_map, callback_group=group),
+            node.create_service(SaveSession, "~/save_session", self._save_session,
+                                callback_group=group),
+            node.create_service(LoadSession, "~/load_session", self._load_session,
+                                callback_group=group)]
 
     def destroy(self) -> None:
         for srv in self._services:
@@ -85,17 +92,20 @@ class Services:
         chain = frames.chain if frames is not None else None
         if chain is None:  # no pose published yet (so none to write): any chain will do
             chain = FrameChain.camera_only(DEFAULT_CAMERA_FRAME, True)
-        in_map = np.array([chain.tracked_in_map(p) for p in poses]).reshape(-1, 4, 4)
+        scale = node.scale_estimate()  # the units of ~/pose: metres once the scale locked
+        k = scale.output_factor if scale is not None else None
+        in_map = np.array([chain.tracked_in_map(p, k) for p in poses]).reshape(-1, 4, 4)
         try:
             write_tum(path, stamps, in_map, frame=(
-                f"{chain.tracked_frame} in {settings.node.map_frame} (REP-105, as ~/pose); "
-                "monocular scale"))
+                f"{chain.tracked_frame} in {settings.node.map_frame} (REP-105, as ~/pose)"),
+                header=units_header(scale))
         except (OSError, ValueError) as exc:  # ValueError: non-finite poses
             response.success, response.message = False, f"cannot write {path}: {_reason(exc)}"
             return response
         response.success, response.num_poses = True, len(stamps)
         response.message = (f"wrote {len(stamps)} poses of {chain.tracked_frame} in "
-                            f"{settings.node.map_frame} (TUM) to {path}")
+                            f"{settings.node.map_frame} (TUM, {'m' if k else 'model units'}) "
+                            f"to {path}")
         return response
 
     def _save_map(self, request, response):
@@ -113,8 +123,37 @@ class Services:
             response.message = "no map: set publish.map_points to true (and reconfigure)"
             return response
         response.success, response.num_points = True, count
-        response.message = (f"wrote {count} points ({node.settings.node.map_frame} frame, PLY) "
-                            f"to {path}")
+        response.message = (f"wrote {count} points ({node.settings.node.map_frame} frame, PLY, "
+                            f"{node.map_units()}) to {path}")
+        return response
+
+
+    def _save_session(self, request, response):
+        """~/save_session: the stream's snapshot (a directory), path rules as for
+        ~/save_trajectory; the answer comes once it is on disk."""
+        node = self._node
+        path = _target(node.session, "no stream", request.path, response)
+        if path is None:
+            return response
+        ok, message, nbytes, frames = node.save_session(path)
+        response.success, response.message = ok, message
+        response.bytes, response.frames = int(nbytes), int(frames)
+        (node.get_logger().info if ok else node.get_logger().error)(f"~/save_session: {message}")
+        return response
+
+    def _load_session(self, request, response):
+        node = self._node
+        if node.session is None:
+            response.success, response.message = False, "not configured: no stream to replace"
+            return response
+        if not request.path:
+            response.success, response.message = False, "no path given"
+            return response
+        path = Path(request.path).expanduser()
+        ok, message, frames = node.load_session(path)
+        response.success, response.message, response.frames = ok, message, int(frames)
+        (node.get_logger().info if ok else node.get_logger().warning)(
+            f"~/load_session: {message}")
         return response
 
 

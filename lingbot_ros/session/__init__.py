@@ -8,7 +8,8 @@ from .keyframes import KeyframePolicy, make_policy
 from .input_policy import InputPolicy, SessionEvent
 from .segments import AnchorFrame, Rollover, Segments
 from .session import Outcome, StreamingSession
-from .snapshot import SnapshotData, SnapshotError, read_manifest, write_snapshot
+from .snapshot import (SnapshotData, SnapshotError, model_origin, read_manifest,
+                       write_snapshot)
 from .stats import LatencyWindow
 from .step_txn import StepTxn
 from .stream_runner import StreamRunner, fast_path_of
@@ -18,5 +19,6 @@ __all__ = ["StepKind", "PRESETS", "load_session_model", "open_session", "warm_up
            "KeyframePolicy", "make_policy", "InputPolicy", "SessionEvent", "AnchorFrame",
            "Rollover", "Segments", "Outcome", "StreamingSession",
            "LatencyWindow", "StepTxn", "StreamRunner", "fast_path_of", "FrameFailed",
-           "FrameRejected", "FrameResult", "SnapshotData", "SnapshotError", "read_manifest",
+           "FrameRejected", "FrameResult", "SnapshotData", "SnapshotError", "model_origin",
+           "read_manifest",
            "write_snapshot"]

@@ -11,7 +11,8 @@ window of ``--snapshot-window``) runs N frames; then, ``--snapshot-repeats`` tim
 - ``restore_ms``: ``StreamingSession.restore`` into a fresh session -- read, digests,
   checks, a fresh runner, the pages copied in;
 
-plus the snapshot's size and the next frame's pose after the restore compared with the
+(the model's origin digest, computed once per model, is timed apart), plus the snapshot's
+size and the next frame's pose after the restore compared with the
 uninterrupted stream's (bit-identical on the CPU).
 """
 from __future__ import annotations
@@ -24,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from ..config import KeyframeConfig, PreprocessConfig, SessionConfig
-from ..session import StreamingSession, write_snapshot
+from ..session import StreamingSession, model_origin, write_snapshot
+
 
 __all__ = ["run_snapshot"]
 
@@ -45,6 +47,9 @@ def run_snapshot(model, args, device: str) -> dict:
     rng = np.random.default_rng(0)
     images = [(rng.random((args.height, args.width, 3)) * 255).astype(np.uint8)
               for _ in range(frames + 1)]
+    t0 = time.perf_counter()
+    origin = model_origin(model)  # once per model (a weights digest here: no checkpoint file)
+    origin_ms = (time.perf_counter() - t0) * 1e3
     session = StreamingSession(model, cfg)
     t0 = time.perf_counter()
     for i in range(frames):
@@ -78,6 +83,7 @@ def run_snapshot(model, args, device: str) -> dict:
         "kv_pages": {"patch": cache["patch_pages"], "special": cache["special_pages"],
                      "page_size": cache["page_size"], "dtype": cache["kv_dtype"]},
         "repeats": args.snapshot_repeats,
+        "origin": origin, "origin_digest_ms_once": origin_ms,
         "blocked_ms": _median(blocked), "write_ms": _median(write),
         "save_ms": _median([b + w for b, w in zip(blocked, write)]),
         "restore_ms": _median(restore),
