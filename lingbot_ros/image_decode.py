@@ -23,13 +23,15 @@ numpy only: no rclpy, ROS message packages, torch or OpenCV.
 """
 from __future__ import annotations
 
+import functools
+
 import sys
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
-__all__ = ["ENCODINGS", "OPENCV_ENCODINGS", "REJECT_REASONS", "ImageRejected", "PixelFormat",
+__all__ = ["OpenCVMissing", "require_cv2", "ENCODINGS", "OPENCV_ENCODINGS", "REJECT_REASONS", "ImageRejected", "PixelFormat",
            "check_image", "decode_image", "image_pixels", "opencv_encoding"]
 
 # Every reason an image can be refused for. check_image: unknown_encoding, bad_step,
@@ -174,3 +176,22 @@ def _byte_buffer(data):
         return memoryview(data).cast("B")
     except TypeError:  # a list, or a non-contiguous array
         return np.asarray(data, dtype=np.uint8).reshape(-1)
+
+
+class OpenCVMissing(ImportError, RuntimeError):
+    """OpenCV is needed for this and not installed (an ImportError that the tools' RuntimeError
+    handlers also catch)."""
+
+
+@functools.cache
+def require_cv2(purpose: str = "this"):
+    """The ``cv2`` module, imported on first use (only decoding and encoding files need
+    OpenCV), or ``OpenCVMissing`` saying what needs it and how to install it. The one OpenCV
+    loader of the package."""
+    try:
+        import cv2  # noqa: PLC0415 -- optional: only file and compressed-image work needs it
+    except ImportError as err:
+        raise OpenCVMissing(f"{purpose} needs OpenCV: pip install opencv-python-headless") \
+            from err
+    return cv2
+

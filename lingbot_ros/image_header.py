@@ -32,7 +32,6 @@ sources (``tools/frame.py``). No rclpy, no torch; OpenCV is imported on the firs
 """
 from __future__ import annotations
 
-import functools
 import re
 import struct
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ from typing import Optional
 
 import numpy as np
 
-from .image_decode import ImageRejected, opencv_encoding
+from .image_decode import ImageRejected, opencv_encoding, require_cv2
 
 __all__ = ["FORMATS", "ImageHeader", "byte_view", "decode_compressed", "read_header"]
 
@@ -139,7 +138,7 @@ def decode_compressed(data, *, max_pixels: int,
         raise ImageRejected("too_large", f"{header.format} header declares "
                                          f"{header.width}x{header.height}, over "
                                          f"max_pixels={max_pixels}; not decoded")
-    cv2 = _cv2()
+    cv2 = require_cv2("decoding compressed images")
     try:
         array = cv2.imdecode(np.frombuffer(view, np.uint8), cv2.IMREAD_UNCHANGED)
     except cv2.error as err:
@@ -156,16 +155,6 @@ def decode_compressed(data, *, max_pixels: int,
                                              f"not the {header.width}x{header.height} its "
                                              f"{header.format} header declares")
     return array, opencv_encoding(array)
-
-
-@functools.cache
-def _cv2():
-    try:
-        import cv2  # noqa: PLC0415 -- only decoding needs OpenCV
-    except ImportError as err:
-        raise ImportError("compressed images need OpenCV: pip install "
-                          "opencv-python-headless") from err
-    return cv2
 
 
 # --- identification -------------------------------------------------------------------------

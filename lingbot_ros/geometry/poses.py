@@ -30,7 +30,7 @@ import numpy as np
 
 __all__ = ["R_BODY_OPTICAL", "T_BODY_OPTICAL", "T_OPTICAL_BODY", "as_transforms", "c2w_to_map",
            "rigid_inverse", "rotation_to_quaternion", "quaternion_to_rotation", "matrix_to_tq",
-           "tq_to_matrix", "slerp", "interpolate_poses"]
+           "tq_to_matrix", "slerp", "interpolate_poses", "rotation_angle", "rotation_vector"]
 
 # Columns are the optical axes expressed in the body frame: x_opt = -y_body (right),
 # y_opt = -z_body (down), z_opt = +x_body (forward). Equals RPY (-pi/2, 0, -pi/2), the
@@ -185,3 +185,29 @@ def interpolate_poses(stamps_ns, poses, query_ns) -> np.ndarray:
         ratio = (int(s) - int(stamps[i])) / span if span else 0.0
         out[k] = tq_to_matrix(t[i] + ratio * (t[j] - t[i]), slerp(q[i], q[j], ratio))
     return out
+
+
+def rotation_angle(r) -> np.ndarray:
+    """Angle in radians of (..., 3, 3) rotations, accurate for small and large angles
+    (``atan2(|vee(R - R^T)| / 2, (tr R - 1) / 2)``). The one rotation-angle helper."""
+    r = np.asarray(r, dtype=np.float64)
+    w = np.stack([r[..., 2, 1] - r[..., 1, 2], r[..., 0, 2] - r[..., 2, 0],
+                  r[..., 1, 0] - r[..., 0, 1]], -1)
+    cos = (np.trace(r, axis1=-2, axis2=-1) - 1.0) / 2.0
+    return np.arctan2(np.linalg.norm(w, axis=-1) / 2.0, cos)
+
+
+def rotation_vector(r) -> np.ndarray:
+    """(3, 3) rotation -> rotation vector (3,): axis * angle, angle in [0, pi] (SO(3) log)."""
+    r = np.asarray(r, dtype=np.float64)
+    w = np.array([r[2, 1] - r[1, 2], r[0, 2] - r[2, 0], r[1, 0] - r[0, 1]])
+    angle = float(rotation_angle(r))
+    if angle < 1e-7:
+        return 0.5 * w
+    if np.pi - angle < 1e-4:  # near pi: the axis from the symmetric part
+        b = (r + np.eye(3)) / 2.0
+        axis = b[int(np.argmax(np.diag(b)))]
+        axis = axis / np.linalg.norm(axis)
+        return (-axis if axis @ w < 0 else axis) * angle
+    return w / np.linalg.norm(w) * angle
+

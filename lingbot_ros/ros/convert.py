@@ -29,7 +29,7 @@ import numpy as np
 from sensor_msgs.msg import CompressedImage, Image
 
 from ..image_decode import (ENCODINGS, REJECT_REASONS, ImageRejected, PixelFormat, check_image,
-                           image_pixels)
+                           image_pixels, require_cv2)
 from ..image_header import decode_compressed
 
 __all__ = ["ENCODINGS", "REJECT_REASONS", "ImageLimits", "ImageRejected", "PixelFormat",
@@ -189,7 +189,7 @@ def array_to_compressed(array: np.ndarray, encoding: str, fmt: str = "png", *, h
                                                                                    "mono16"):
         raise ValueError(f"cannot store {encoding!r} as {fmt!r}")
     array_to_image(array, encoding)  # the same shape/dtype checks
-    cv2 = _cv2()
+    cv2 = require_cv2("CompressedImage")
     stored, code = to_bgr[encoding]
     pixels = array if code is None else cv2.cvtColor(array, getattr(cv2, code))
     params = [cv2.IMWRITE_JPEG_QUALITY, int(jpeg_quality)] if fmt == "jpeg" else []
@@ -245,11 +245,3 @@ def _decode_with_cv_bridge(msg: Image, fmt: PixelFormat) -> np.ndarray:
     return array.astype(fmt.dtype, copy=False)  # native byte order
 
 
-@functools.cache
-def _cv2():
-    try:
-        import cv2  # noqa: PLC0415 -- only CompressedImage needs OpenCV
-    except ImportError as err:
-        raise ImportError("CompressedImage needs OpenCV: pip install opencv-python-headless") \
-            from err
-    return cv2

@@ -25,7 +25,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..geometry import T_BODY_OPTICAL, rigid_inverse
+from ..geometry import T_BODY_OPTICAL, rigid_inverse, rotation_vector
 from ..scale import c2w_to_metres, points_to_metres
 
 
@@ -83,13 +83,4 @@ def body_velocity(T_prev: np.ndarray, T_cur: np.ndarray, dt_s: float
     nav_msgs/Odometry's twist, which is in ``child_frame_id``). Finite differences: a
     rotation of angle a about axis u over dt gives u * a / dt."""
     rel = rigid_inverse(T_prev) @ T_cur
-    R = rel[:3, :3]
-    cos = np.clip((np.trace(R) - 1.0) / 2.0, -1.0, 1.0)
-    angle = float(np.arccos(cos))
-    axis_sin = np.array([R[2, 1] - R[1, 2], R[0, 2] - R[2, 0], R[1, 0] - R[0, 1]]) / 2.0
-    s = np.linalg.norm(axis_sin)
-    if s < 1e-9:  # no rotation, or half a turn (ambiguous axis; not a camera between frames)
-        rotvec = axis_sin
-    else:
-        rotvec = axis_sin / s * angle
-    return rel[:3, 3] / dt_s, rotvec / dt_s
+    return rel[:3, 3] / dt_s, rotation_vector(rel[:3, :3]) / dt_s

@@ -29,6 +29,7 @@ import numpy as np
 
 from .config import ScaleConfig
 from .samples import Rejection, SampleResult, ScaleSample
+from ..geometry import rotation_angle
 from .se3 import interpolate_pose, is_rigid, rigid_inverse
 
 __all__ = ["PoseBuffer", "OdometrySource", "fit_odometry_scale"]
@@ -115,7 +116,7 @@ def fit_odometry_scale(c2w: np.ndarray, odom: np.ndarray, T_base_optical: np.nda
         if path > 0:
             return "short_baseline"
         r = odom[:-1, :3, :3].transpose(0, 2, 1) @ odom[1:, :3, :3]
-        turned = np.arccos(np.clip((np.trace(r, axis1=1, axis2=2) - 1) / 2, -1, 1)).sum()
+        turned = rotation_angle(r).sum()
         return "pure_rotation" if turned > TURN_RAD else "stationary"
     i_idx = np.array([p[0] for p in pairs])
     j_idx = np.array([p[1] for p in pairs])

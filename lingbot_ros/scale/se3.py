@@ -4,27 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..geometry import rigid_inverse
+from ..geometry import rigid_inverse, rotation_vector
 
-__all__ = ["rigid_inverse", "so3_log", "so3_exp", "interpolate_pose", "is_rigid"]
-
-
-def so3_log(r: np.ndarray) -> np.ndarray:
-    """Rotation matrix (3, 3) -> rotation vector (3,) (axis * angle, angle in [0, pi])."""
-    r = np.asarray(r, dtype=np.float64)
-    cos = min(1.0, max(-1.0, (np.trace(r) - 1.0) / 2.0))
-    angle = float(np.arccos(cos))
-    w = np.array([r[2, 1] - r[1, 2], r[0, 2] - r[2, 0], r[1, 0] - r[0, 1]])
-    if angle < 1e-7:
-        return 0.5 * w
-    if np.pi - angle < 1e-4:  # near pi: the axis from the symmetric part
-        b = (r + np.eye(3)) / 2.0
-        axis = b[int(np.argmax(np.diag(b)))]
-        axis = axis / np.linalg.norm(axis)
-        if axis @ w < 0:
-            axis = -axis
-        return axis * angle
-    return w * (angle / (2.0 * np.sin(angle)))
+__all__ = ["rigid_inverse", "so3_exp", "interpolate_pose", "is_rigid"]
 
 
 def so3_exp(w: np.ndarray) -> np.ndarray:
@@ -45,7 +27,7 @@ def interpolate_pose(t0: np.ndarray, t1: np.ndarray, alpha: float) -> np.ndarray
     t1 = np.asarray(t1, dtype=np.float64)
     out = np.eye(4)
     r0 = t0[:3, :3]
-    out[:3, :3] = r0 @ so3_exp(alpha * so3_log(r0.T @ t1[:3, :3]))
+    out[:3, :3] = r0 @ so3_exp(alpha * rotation_vector(r0.T @ t1[:3, :3]))
     out[:3, 3] = (1.0 - alpha) * t0[:3, 3] + alpha * t1[:3, 3]
     return out
 

@@ -100,7 +100,9 @@ def model_origin(model) -> str:
         for name, t in sorted(model.state_dict().items()):
             digest.update(name.encode())
             digest.update(str(t.dtype).encode())
-            t = t.detach().cpu().contiguous()
+            # flat first: a size-1 dim may keep any stride, which ``contiguous`` leaves as is
+            # (a prepared CUDA model has such views) and a byte view refuses
+            t = t.detach().cpu().reshape(-1).contiguous()
             digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
         cached = digest.hexdigest()
         model._snapshot_weights_digest = cached

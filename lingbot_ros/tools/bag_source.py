@@ -95,6 +95,19 @@ def _reader(path: Path):
     return AnyReader([path], default_typestore=get_typestore(Stores.ROS2_KILTED))
 
 
+def _deserialized(path, topic: str):
+    """(index, bag time, message) for each message of ``topic``; a ``SkippedFrame`` in the
+    message's place when it does not deserialize (the caller counts it and goes on)."""
+    with _reader(path) as reader:
+        conns = [c for c in reader.connections if c.topic == topic]
+        for n, (conn, t_bag, raw) in enumerate(reader.messages(connections=conns)):
+            try:
+                msg = reader.deserialize(raw, conn.msgtype)
+            except Exception as err:  # rosbags raises several types on bad CDR
+                msg = SkippedFrame("corrupt", f"cannot deserialize: {type(err).__name__}: {err}")
+            yield n, t_bag, msg
+
+
 def list_image_topics(path: PathLike) -> dict[str, str]:
     """``{topic: message type}`` of the Image / CompressedImage topics in a bag."""
     return {topic: msgtype for topic, (msgtype, _) in _image_topics(Path(path)).items()}
@@ -155,29 +168,24 @@ class BagSource(FrameSource):
     def __iter__(self) -> Iterator[Frame]:
         self._restart()
         compressed = self.msgtype.endswith("CompressedImage")
-        with _reader(self.path) as reader:
-            conns = [c for c in reader.connections if c.topic == self.topic]
-            for n, (conn, t_bag, raw) in enumerate(reader.messages(connections=conns)):
-                where = f"{self.topic} message {n} (t={t_bag})"
-                try:
-                    try:
-                        msg = reader.deserialize(raw, conn.msgtype)
-                    except Exception as err:  # rosbags raises several types on bad CDR
-                        raise SkippedFrame("corrupt", f"cannot deserialize: "
-                                                      f"{type(err).__name__}: {err}") from None
-                    img, enc = (image_from_compressed(msg) if compressed
-                                else image_from_msg(msg))
-                except SkippedFrame as skip:
-                    self.stats.skip(skip.reason, f"{where}: {skip}")
-                    continue
-                if self.stamp_source == "header":
-                    st = msg.header.stamp
-                    stamp = int(st.sec) * 1_000_000_000 + int(st.nanosec)
-                else:
-                    stamp = int(t_bag)
-                frame = self._emit(stamp, img, enc, where)
-                if frame is not None:
-                    yield frame
+        for n, t_bag, msg in _deserialized(self.path, self.topic):
+            where = f"{self.topic} message {n} (t={t_bag})"
+            try:
+                if isinstance(msg, SkippedFrame):
+                    raise msg
+                img, enc = (image_from_compressed(msg) if compressed
+                            else image_from_msg(msg))
+            except SkippedFrame as skip:
+                self.stats.skip(skip.reason, f"{where}: {skip}")
+                continue
+            if self.stamp_source == "header":
+                st = msg.header.stamp
+                stamp = int(st.sec) * 1_000_000_000 + int(st.nanosec)
+            else:
+                stamp = int(t_bag)
+            frame = self._emit(stamp, img, enc, where)
+            if frame is not None:
+                yield frame
 
 
 class BagDepthStream(DepthStream):
@@ -202,21 +210,16 @@ class BagDepthStream(DepthStream):
         self._done = False
 
     def _read(self) -> Iterator[DepthReading]:
-        with _reader(self.path) as reader:
-            conns = [c for c in reader.connections if c.topic == self.topic]
-            for n, (conn, t_bag, raw) in enumerate(reader.messages(connections=conns)):
-                try:
-                    try:
-                        msg = reader.deserialize(raw, conn.msgtype)
-                    except Exception as err:  # rosbags raises several types on bad CDR
-                        raise SkippedFrame("corrupt", f"cannot deserialize: "
-                                                      f"{type(err).__name__}: {err}") from None
-                    img, enc = depth_from_msg(msg)
-                except SkippedFrame as skip:
-                    self.skip(skip.reason, f"{self.topic} message {n} (t={t_bag}): {skip}")
-                    continue
-                st = msg.header.stamp
-                yield DepthReading(int(st.sec) * 1_000_000_000 + int(st.nanosec), img, enc)
+        for n, t_bag, msg in _deserialized(self.path, self.topic):
+            try:
+                if isinstance(msg, SkippedFrame):
+                    raise msg
+                img, enc = depth_from_msg(msg)
+            except SkippedFrame as skip:
+                self.skip(skip.reason, f"{self.topic} message {n} (t={t_bag}): {skip}")
+                continue
+            st = msg.header.stamp
+            yield DepthReading(int(st.sec) * 1_000_000_000 + int(st.nanosec), img, enc)
 
     def nearest(self, stamp_ns: int) -> Optional[DepthReading]:
         if self._messages is None:

@@ -23,7 +23,7 @@ from typing import NamedTuple, Optional, Union
 
 import numpy as np
 
-from ..image_decode import ImageRejected, opencv_encoding
+from ..image_decode import ImageRejected, opencv_encoding, require_cv2
 from ..image_header import decode_compressed
 
 __all__ = ["Frame", "FrameSource", "MAX_IMAGE_PIXELS", "PathLike", "SKIP_REASONS",
@@ -124,16 +124,6 @@ class FrameSource:
     def _restart(self) -> None:
         self.stats = SourceStats()
         self._last_stamp = None
-
-
-def require_cv2():
-    """The ``cv2`` module, or a RuntimeError that says how to install it."""
-    try:
-        import cv2
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        raise RuntimeError("frame sources need OpenCV: pip install opencv-python-headless") \
-            from err
-    return cv2
 
 
 def cv_encoding(img: np.ndarray) -> str:

@@ -33,6 +33,7 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
+from ..image_decode import require_cv2
 from ..geometry import (c2w_to_map, format_stamp, interpolate_poses, matrix_to_tq,
                         write_tum)
 from .bag_source import DEFAULT_DEPTH_TOPIC
@@ -80,19 +81,11 @@ def depth_to_u16(depth_m: np.ndarray, units_per_metre: float) -> np.ndarray:
     return np.where(ok, np.rint(np.where(ok, d, 0.0)), 0.0).astype(np.uint16)
 
 
-def _cv2():
-    try:
-        import cv2
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        raise RuntimeError("this writer needs OpenCV: pip install opencv-python-headless") from err
-    return cv2
-
-
 def write_image_folder(seq: SyntheticSequence, folder: PathLike, ext: str = "png",
                        gt_frame: str = "optical") -> Written:
     """``folder/frame_000000.png`` ... (lexicographic = temporal order) + GT beside it
     (stamps ``i / fps``, as ``ImageFolderSource(fps=seq.fps)`` yields)."""
-    cv2 = _cv2()
+    cv2 = require_cv2("this writer")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for i, img in enumerate(seq.images):
@@ -114,7 +107,7 @@ def write_tum_rgbd(seq: SyntheticSequence, folder: PathLike, gt_rate_hz: float =
     motion-capture system, the ground truth has its own clock: ``gt_rate_hz`` samples of
     the camera path (interpolated between frames), not the image stamps, so an evaluation
     has to associate by nearest stamp. ``Written.gt_path`` is ``groundtruth.txt``."""
-    cv2 = _cv2()
+    cv2 = require_cv2("this writer")
     folder = Path(folder)
     (folder / "rgb").mkdir(parents=True, exist_ok=True)
     # TUM stamps have microseconds: round the images' stamps to them.
@@ -156,7 +149,7 @@ def write_tum_rgbd(seq: SyntheticSequence, folder: PathLike, gt_rate_hz: float =
 def write_video(seq: SyntheticSequence, path: PathLike, gt_frame: str = "optical") -> Written:
     """A video file: ``.avi`` -> MJPG (near-lossless at quality 95, the default), ``.mp4`` ->
     mp4v. GT beside it with stamps ``i / fps``."""
-    cv2 = _cv2()
+    cv2 = require_cv2("this writer")
     path = Path(path)
     codecs = {".avi": "MJPG", ".mp4": "mp4v"}
     if path.suffix.lower() not in codecs:
@@ -233,7 +226,7 @@ def write_bag(seq: SyntheticSequence, path: PathLike, storage: str = "sqlite3",
                                              data=np.ascontiguousarray(img).reshape(-1))
             writer.write(img_conn, stamp, ts.serialize_cdr(msg, msg.__msgtype__))
             if cmp_conn is not None:
-                cv2 = _cv2()
+                cv2 = require_cv2("this writer")
                 ok, buf = cv2.imencode("." + ("jpg" if compressed_format == "jpeg" else "png"),
                                        np.ascontiguousarray(img[..., ::-1]))
                 if not ok:

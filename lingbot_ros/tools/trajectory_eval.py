@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..geometry import Sim3, rigid_inverse, umeyama
+from ..geometry import Sim3, rigid_inverse, rotation_angle, umeyama
 
 __all__ = ["associate", "ate", "rpe", "evaluate", "align_positions", "rotation_angle_deg",
            "DEFAULT_MAX_DIFF_NS", "ALIGNMENTS"]
@@ -179,11 +179,7 @@ def ate(est_poses, gt_poses, align: str = "sim3") -> dict:
 def rotation_angle_deg(r) -> np.ndarray:
     """Angle of (..., 3, 3) rotations in degrees, accurate for small and large angles
     (``atan2(|vee(R - R^T)| / 2, (tr R - 1) / 2)``)."""
-    r = np.asarray(r, dtype=np.float64)
-    w = np.stack([r[..., 2, 1] - r[..., 1, 2], r[..., 0, 2] - r[..., 2, 0],
-                  r[..., 1, 0] - r[..., 0, 1]], -1)
-    cos = (np.trace(r, axis1=-2, axis2=-1) - 1.0) / 2.0
-    return np.degrees(np.arctan2(np.linalg.norm(w, axis=-1) / 2.0, cos))
+    return np.degrees(rotation_angle(r))
 
 
 def _pairs_by_index(n: int, delta: int, all_pairs: bool) -> np.ndarray:

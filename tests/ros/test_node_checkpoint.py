@@ -4,9 +4,20 @@ loaded with ``model.trust_pickle: true``."""
 from __future__ import annotations
 
 import argparse
+import time
 
 from tests.ros.node_harness import NodeProcess, Probe, good_images
 from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
+
+
+def _wait_quietly(predicate, timeout: float) -> bool:
+    """Poll ``predicate`` for up to ``timeout`` s; its last value (no failure on time-out)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def pickled_tiny_checkpoint(path) -> None:
@@ -31,8 +42,12 @@ def test_a_pickled_checkpoint_needs_model_trust_pickle(tmp_path, ros_env):
     with NodeProcess(ros_env, tmp_path, params, name="trusted") as node, Probe() as probe:
         probe.wait_active(node, timeout=90)
         probe.wait_for_image_subscriber()
-        for msg in good_images(3):
+        # Images until 3 poses (at most 40): one sent before the node's subscription has
+        # matched the publisher is lost (volatile), so a fixed count could wait forever.
+        for msg in good_images(40):
             probe.publish_image(msg)
+            if _wait_quietly(lambda: len(probe.poses) >= 3, 3):
+                break
         probe.wait_until(lambda: len(probe.poses) >= 3, 60, "3 poses")
         node.interrupt()
         assert node.wait(30) == 0
