@@ -30,7 +30,8 @@ $(STAMP): setup.py setup.cfg package.xml
 ros: $(STAMP)
 	bash scripts/setup_ros.sh $(VENV)
 
-# The node on a synthetic rosbag2 (ROS traffic on loopback, random domain).
+# The node on a synthetic rosbag2 (ROS traffic on loopback, random domain), in metres: its
+# scale locks on the bag's aligned depth (scale.source: depth); the summary ends with it.
 demo: venv
 	$(PY) -m lingbot_ros.ros.demo
 

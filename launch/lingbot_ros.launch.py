@@ -5,16 +5,21 @@
         [namespace:=cam0] [use_compressed:=true] [camera_info_topic:=/camera/camera_info] \
         [device:=cuda] [autostart:=false] [base_frame:=base_link | bare_camera:=true] \
         [scale_source:=depth] [aligned_depth_topic:=/camera/aligned_depth_to_color/image_raw] \
-        [use_rviz:=true]
+        [scale_odometry_input:=topic|tf] [odom_topic:=/wheel/odometry] [use_rviz:=true]
 
 Arguments left empty (the default of checkpoint, use_compressed, device, autostart,
-base_frame, scale_source, aligned_depth_topic) keep the params file's value (or, for
-``aligned_depth_topic``, the node's relative ``aligned_depth``); the others are always applied.
+base_frame, scale_source, aligned_depth_topic, scale_odometry_input, odom_topic) keep the
+params file's value (or, for ``aligned_depth_topic`` and ``odom_topic``, the node's relative
+``aligned_depth`` and ``odom_in``); the others are always applied.
 
 ``scale_source`` sets ``scale.source`` (none | fixed | depth | odometry | camera_height: where
 the metric scale comes from, docs/node.md "Scale"); ``aligned_depth_topic`` remaps the node's
 ``aligned_depth`` input (an RGB-D camera's depth registered to the colour image, for
-``scale_source:=depth``).
+``scale_source:=depth``). For ``scale_source:=odometry``, ``scale_odometry_input`` sets
+``scale.odometry_input``: ``topic`` (the params file's default: nav_msgs/Odometry on the
+node's ``odom_in``, which ``odom_topic`` remaps) or ``tf`` (another node's odom -> base on
+/tf; the node then refuses to configure unless ``tf.publish_odom_to_base`` is false in the
+params file).
 
 ``image_topic`` remaps the node's ``image`` input. With ``use_compressed:=true`` (or
 ``topics.use_compressed: true`` in the params file) the node subscribes to
@@ -51,6 +56,7 @@ NODE_NAME = "lingbot_ros"
 BOOLEANS = {"true": True, "false": False}
 DEVICE = re.compile(r"cpu|cuda|cuda:\d+")
 SCALE_SOURCES = ("none", "fixed", "depth", "odometry", "camera_height")  # scale.source
+ODOMETRY_INPUTS = ("topic", "tf")  # scale.odometry_input
 # The node's topics shown by config/lingbot_ros.rviz (relative to the node: ~/<name>).
 RVIZ_TOPICS = ("path", "pose", "map_points", "depth", "odometry")
 
@@ -116,6 +122,12 @@ def _overrides(context) -> dict:
             raise ValueError(f"launch argument scale_source must be one of "
                              f"{', '.join(SCALE_SOURCES)} or empty, got {scale_source!r}")
         overrides["scale.source"] = scale_source
+    odometry_input = _value(context, "scale_odometry_input").lower()
+    if odometry_input:
+        if odometry_input not in ODOMETRY_INPUTS:
+            raise ValueError(f"launch argument scale_odometry_input must be one of "
+                             f"{', '.join(ODOMETRY_INPUTS)} or empty, got {odometry_input!r}")
+        overrides["scale.odometry_input"] = odometry_input
     return overrides
 
 
@@ -128,6 +140,9 @@ def _remappings(context) -> list:
     depth_topic = _value(context, "aligned_depth_topic")
     if depth_topic:
         remappings.append(("aligned_depth", depth_topic))
+    odom_topic = _value(context, "odom_topic")
+    if odom_topic:
+        remappings.append(("odom_in", odom_topic))
     return remappings
 
 
@@ -240,6 +255,16 @@ def generate_launch_description():
                               description="depth registered to the colour image (16UC1 mm "
                                           "or 32FC1 m) for scale_source:=depth; empty: the "
                                           "node's relative 'aligned_depth'"),
+        DeclareLaunchArgument("scale_odometry_input", default_value="",
+                              description="scale.odometry_input for scale_source:=odometry: "
+                                          "topic (nav_msgs/Odometry on odom_in) or tf "
+                                          "(another node's odom -> base on /tf; needs "
+                                          "tf.publish_odom_to_base false); empty: the "
+                                          "params file's (topic)"),
+        DeclareLaunchArgument("odom_topic", default_value="",
+                              description="the robot's nav_msgs/Odometry for "
+                                          "scale_source:=odometry (scale.odometry_input "
+                                          "topic); empty: the node's relative 'odom_in'"),
         DeclareLaunchArgument("use_sim_time", default_value="false",
                               description="use /clock (bag replay)"),
         DeclareLaunchArgument("namespace", default_value="",

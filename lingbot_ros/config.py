@@ -182,6 +182,7 @@ class KeyframeConfig:
 # (ros/param_table.py), the attention backends and the fused-kernel switch (model/qk_fused.py).
 MODEL_PRESETS = ("tiny", "official")  # network sizes (model/presets.py builds them)
 PRECISIONS = ("auto", "fp32", "bf16")  # model precision: auto = bf16 aggregator on CUDA
+MLP_PRECISIONS = ("aggregator", "fp8")  # aggregator MLP GEMMs; fp8: e4m3 (performance.md)
 HEAD_PRECISIONS = ("fp32", "bf16")  # camera head; bf16 missed the 1e-2 pose bound (performance.md)
 ATTENTION_BACKENDS = ("auto", "torch_ref", "flashinfer")
 FLASHINFER_VARIANTS = ("auto", "fa2", "fa3")

@@ -5,6 +5,11 @@
 #   PART=B: 10,000 frames of the default, every2 and flow (flatness, memory)
 #   PART=C: the node at 30 and 60 Hz (scripts/node_bench.py), and the session at a 30 Hz
 #           camera rate, pipelined and synchronous (each frame's own latency)
+#   PART=P: the 40 FPS candidates (the depth head in bf16, FP8 e4m3 MLP GEMMs): their GPU
+#           tests, parity against eager torch_ref with the fp32 heads over 450 frames (pose and
+#           depth), and each alone beside the default in one run
+#   PART=N: the node at 30 Hz (scripts/node_bench.py), one change at a time in one run:
+#           base, gc_freeze, a third queue slot, scale.source depth (needs .rosbundle)
 #   PART=V: verification after a restructure (the GPU issue's part 1): the GPU tests, the
 #           fast path vs eager torch_ref per keyframe policy (450 frames: pose <= 1e-2,
 #           keyframe decisions identical), and default:3000 (FPS, flatness, memory)
@@ -35,6 +40,20 @@ V)
     --parity-configs "${PARITY_CONFIGS:-default,every2,flow}" \
     --configs "${CONFIGS:-default:3000}" --out "$OUT/bench_v.json" 2>&1 | grep -v Warning \
     | tee "$OUT/bench_v.log"
+  ;;
+P)
+  python3 -m pytest tests/model/test_precisions.py -m gpu -q -p no:cacheprovider -rfE 2>&1 \
+    | tail -8 | tee "$OUT/pytest_precisions.log"
+  python3 -m lingbot_ros.tools.bench --parity-frames "${PARITY_FRAMES:-450}" --parity-depth \
+    --parity-configs "${PARITY_CONFIGS:-default,depth_bf16,fp8_mlp}" \
+    --configs "${CONFIGS:-default:1000,depth_bf16:1000,fp8_mlp:1000,depth_bf16_fp8_mlp:1000}" \
+    --out "$OUT/bench_p.json" 2>&1 | grep -v Warning | tee "$OUT/bench_p.log"
+  ;;
+N)
+  source scripts/gpu_ros_env.sh
+  python3 scripts/node_bench.py --device cuda --preset official --rates "${RATES:-30:1500}" \
+    --variants "${VARIANTS:-base;gc_freeze=gc_freeze:=true;queue3=queue_size:=3;scale_depth=scale.source:=depth}" \
+    --out "$OUT/node_bench_n.json" 2>&1 | grep -v "^ \|^{\|^}" | tail -40 | tee "$OUT/node_bench_n.log"
   ;;
 C)
   python3 -m lingbot_ros.tools.bench --configs default:600,push:600 --rate 30 \

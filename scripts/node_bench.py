@@ -20,6 +20,13 @@ status, camera_info, depth, diagnostics). Per phase (one rate) it reports:
 - the node's CPU (user + system, in % of one core, from /proc) and GPU memory (diagnostics);
 - latency flatness: p50 of the last 10 % of the phase over the first 10 %.
 
+``--variants``: the node started afresh once per variant, each with its own extra parameters,
+the same phases, in one run (one change at a time against ``base``), e.g.
+``--variants "base;gc_freeze=gc_freeze:=true;queue3=queue_size:=3;scale_depth=scale.source:=depth"``
+(``NAME`` alone: no extra parameters; several: ``NAME=P:=V+P:=V``). The camera also publishes
+a 16UC1 aligned depth image (millimetres, the synthetic scene's metric z-depth, same stamp)
+on ``DEPTH_TOPIC``, which the node's ``aligned_depth`` is remapped to, for ``scale.source: depth``.
+
 JSON to ``--out``. Every packet stays on loopback (ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST,
 a random ROS_DOMAIN_ID), set here for all three processes.
 """
@@ -48,6 +55,7 @@ import numpy as np  # noqa: E402
 
 NODE = "/lingbot_ros"
 IMAGE_TOPIC = "/camera/image_raw"
+DEPTH_TOPIC = "/camera/aligned_depth_to_color/image_raw"
 STAMP0 = 1_700_000_000 * 10**9
 
 
@@ -63,7 +71,9 @@ def parse_args(argv):
                    help="camera phases RATE[:FRAMES] (Hz, frames; default --frames)")
     p.add_argument("--frames", type=int, default=3000, help="frames of a phase without its own")
     p.add_argument("--param", action="append", default=[],
-                   help="extra node parameter NAME:=VALUE (repeatable)")
+                   help="extra node parameter NAME:=VALUE (repeatable; every variant)")
+    p.add_argument("--variants", default="base",
+                   help="';'-separated NAME or NAME=P:=V+P:=V: one node start each")
     p.add_argument("--start-timeout", type=float, default=300.0,
                    help="seconds for the node to load, warm up and subscribe")
     p.add_argument("--out", default="node_bench.json")
@@ -90,11 +100,15 @@ def camera(args) -> int:
     w, h = (int(v) for v in args.image_size.lower().split("x"))
     seq = render_sequence(30, w, h)
     images = [array_to_image(img, "rgb8") for img in seq.images]
+    depths = [array_to_image(np.round(d * 1000).clip(0, 65535).astype(np.uint16), "16UC1")
+              for d in seq.depths]  # aligned depth in millimetres, as a RealSense sends it
     rclpy.init()
     node = rclpy.create_node("bench_camera")
     # A camera driver's profile (image_transport's default): reliable, keep last 10.
     pub = node.create_publisher(Image, IMAGE_TOPIC,
                                 QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE))
+    depth_pub = node.create_publisher(Image, DEPTH_TOPIC, QoSProfile(
+        depth=10, reliability=ReliabilityPolicy.RELIABLE))
     deadline = time.monotonic() + 60
     while pub.get_subscription_count() == 0 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -107,6 +121,10 @@ def camera(args) -> int:
         stamp = args.stamp0 + i * period_ns
         msg.header.stamp = Time(sec=stamp // 10**9, nanosec=stamp % 10**9)
         msg.header.frame_id = "camera_optical_frame"
+        depth = depths[i % len(depths)]
+        depth.header = msg.header
+        if depth_pub.get_subscription_count():
+            depth_pub.publish(depth)  # before the colour image: the node pairs them by stamp
         t = time.monotonic_ns()
         pub.publish(msg)
         log.write(f"{stamp} {t}\n")
@@ -189,7 +207,7 @@ class Consumer:
 
     def _on_diag(self, msg) -> None:
         for st in msg.status:
-            if st.name.startswith("lingbot_ros"):
+            if st.name.lstrip("/").startswith("lingbot_ros"):
                 with self.lock:
                     self.diag = {kv.key: kv.value for kv in st.values}
 
@@ -271,28 +289,29 @@ def phase(args, consumer: Consumer, node_pid: int, rate: float, frames: int, sta
     }
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    if args.camera:
-        return camera(args)
-    phases = []
-    for item in (r.strip() for r in args.rates.split(",") if r.strip()):
-        rate, _, frames = item.partition(":")
-        phases.append((float(rate), int(frames) if frames else args.frames))
+def parse_variants(text: str) -> list[tuple[str, list[str]]]:
+    """``base;gc=gc_freeze:=true;q3=queue_size:=3+gc_freeze:=true`` -> [(name, params)]."""
+    out = []
+    for item in (v.strip() for v in text.split(";") if v.strip()):
+        name, _, params = item.partition("=")
+        out.append((name.strip(), [p for p in params.split("+") if p]))
+    if not out or len({name for name, _ in out}) != len(out):
+        raise SystemExit(f"node_bench: --variants needs distinct names, got {text!r}")
+    return out
+
+
+def run_node(args, extra: list[str], phases, env: dict) -> dict:
+    """Start the node with the base and ``extra`` parameters, run every phase, stop it."""
     params = {"model.preset": args.preset, "device": args.device,
               "input.width": args.width, "input.height": args.height,
               "warmup": True, "frames.base": "''", "publish.diagnostics_rate_hz": 2.0}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "lingbot_ros.ros.node", "--ros-args"]
     for name, value in params.items():
         cmd += ["-p", f"{name}:={'true' if value is True else value}"]
-    for extra in args.param:
-        cmd += ["-p", extra]
-    cmd += ["-r", f"image:={IMAGE_TOPIC}"]
-    report = {"command": "python scripts/node_bench.py " + " ".join(
-        sys.argv[1:] if argv is None else argv), "node_params": params,
-        "extra_params": args.param, "image_size": args.image_size, "phases": []}
+    for item in args.param + extra:
+        cmd += ["-p", item]
+    cmd += ["-r", f"image:={IMAGE_TOPIC}", "-r", f"aligned_depth:={DEPTH_TOPIC}"]
+    report = {"node_params": params, "extra_params": args.param + extra, "phases": []}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         node_log = open(tmp / "node.log", "w")
@@ -305,7 +324,8 @@ def main(argv=None) -> int:
                 while not consumer.diag:  # loaded, warmed up, active: diagnostics flow
                     if node.poll() is not None or time.monotonic() > deadline:
                         print((tmp / "node.log").read_text()[-4000:], file=sys.stderr)
-                        return 1
+                        report["error"] = "the node did not start"
+                        return report
                     time.sleep(0.2)
                 report["node_start_s"] = time.monotonic() - t_start
                 stamp = STAMP0
@@ -320,6 +340,8 @@ def main(argv=None) -> int:
                         break
                 with consumer.lock:
                     report["output_messages"] = dict(consumer.counts)
+                    report["scale"] = {k: v for k, v in consumer.diag.items()
+                                       if k.startswith("scale")}
         finally:
             if node.poll() is None:
                 node.send_signal(signal.SIGINT)
@@ -333,9 +355,30 @@ def main(argv=None) -> int:
             report["node_log_errors"] = [line for line in text.splitlines()
                                          if "[ERROR]" in line or "Traceback" in line][:20]
             report["node_log_tail"] = text.splitlines()[-15:]
+    return report
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.camera:
+        return camera(args)
+    phases = []
+    for item in (r.strip() for r in args.rates.split(",") if r.strip()):
+        rate, _, frames = item.partition(":")
+        phases.append((float(rate), int(frames) if frames else args.frames))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), "PYTHONUNBUFFERED": "1"}
+    report = {"command": "python scripts/node_bench.py " + " ".join(
+        sys.argv[1:] if argv is None else argv), "image_size": args.image_size,
+        "variants": []}
+    for name, extra in parse_variants(args.variants):
+        print(f"node_bench: variant {name} {extra}", flush=True)
+        result = {"variant": name, **run_node(args, extra, phases, env)}
+        report["variants"].append(result)
+        Path(args.out).write_text(json.dumps(report, indent=2) + "\n")  # kept if cut short
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(f"node_bench: wrote {args.out}")
-    return 0
+    return 0 if all("error" not in v for v in report["variants"]) else 1
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 LAUNCH = REPO / "launch" / "lingbot_ros.launch.py"
 ARGUMENTS = {"checkpoint", "params_file", "image_topic", "use_sim_time", "namespace",
              "use_compressed", "camera_info_topic", "device", "autostart", "base_frame",
-             "bare_camera", "use_rviz", "scale_source", "aligned_depth_topic"}
+             "bare_camera", "use_rviz", "scale_source", "aligned_depth_topic",
+             "scale_odometry_input", "odom_topic"}
 # Read through the file's helpers (_value, _boolean) with the argument name as a literal.
 READERS = {"LaunchConfiguration": 0, "_value": 1, "_boolean": 1}
 
@@ -203,7 +204,8 @@ def test_defaults_keep_the_params_file(launch_module):
         "checkpoint": "", "image_topic": "/camera/image_raw", "camera_info_topic": "",
         "use_compressed": "", "device": "", "autostart": "", "base_frame": "",
         "bare_camera": "false", "use_sim_time": "false", "namespace": "", "use_rviz": "false",
-        "scale_source": "", "aligned_depth_topic": ""}
+        "scale_source": "", "aligned_depth_topic": "", "scale_odometry_input": "",
+        "odom_topic": ""}
     actions = _launch(launch_module)
     assert [type(a).__name__ for a in actions] == ["RegisterEventHandler", "LifecycleNode"], \
         "no rviz2 by default"
@@ -290,6 +292,37 @@ def test_aligned_depth_topic_argument_remaps_the_depth_input(launch_module):
     assert node.kwargs["remappings"] == [
         ("image", "/camera/image_raw"), ("camera_info", "/camera/camera_info"),
         ("aligned_depth", "/camera/aligned_depth_to_color/image_raw")]
+
+
+@pytest.mark.parametrize("value, expected", [("", None), ("topic", "topic"), ("TF", "tf")])
+def test_scale_odometry_input_argument(launch_module, value, expected):
+    # Empty: the params file's scale.odometry_input (topic in the installed file) stands.
+    assert _overrides(_launched_node(launch_module, scale_source="odometry",
+                                     scale_odometry_input=value)) \
+        .get("scale.odometry_input") == expected
+
+
+def test_scale_odometry_input_argument_is_validated(launch_module):
+    with pytest.raises(ValueError, match="scale_odometry_input must be one of topic, tf"):
+        _launched_node(launch_module, scale_odometry_input="odom")
+
+
+def test_odom_topic_argument_remaps_the_odometry_input(launch_module):
+    node = _launched_node(launch_module, scale_source="odometry",
+                          odom_topic="/wheel/odometry")
+    assert node.kwargs["remappings"] == [
+        ("image", "/camera/image_raw"), ("camera_info", "/camera/camera_info"),
+        ("odom_in", "/wheel/odometry")]
+
+
+def test_the_scale_arguments_set_parameters_the_node_has(launch_module):
+    """scale_source and scale_odometry_input take the values the node's parameters allow."""
+    from lingbot_ros.ros.param_table import ODOMETRY_INPUTS
+    from lingbot_ros.scale import SCALE_SOURCES
+    assert launch_module.SCALE_SOURCES == SCALE_SOURCES
+    assert launch_module.ODOMETRY_INPUTS == ODOMETRY_INPUTS
+    values = yaml.safe_load((REPO / "config" / "lingbot_ros.yaml").read_text())
+    assert values["/**"]["ros__parameters"]["scale.odometry_input"] == "topic"
 
 
 def test_bare_camera_and_base_frame_contradict(launch_module):

@@ -91,8 +91,9 @@ def uv_embedding(grid_hw: tuple[int, int], channels: int, aspect: float, dtype: 
     h, w = grid_hw
     diag = (aspect ** 2 + 1.0) ** 0.5
     span_x, span_y = aspect / diag, 1.0 / diag
-    xs = torch.linspace(-span_x * (w - 1) / w, span_x * (w - 1) / w, w, dtype=dtype, device=device)
-    ys = torch.linspace(-span_y * (h - 1) / h, span_y * (h - 1) / h, h, dtype=dtype, device=device)
+    grid = dtype if dtype in (torch.float32, torch.float64) else torch.float32  # bf16: f32 grid
+    xs = torch.linspace(-span_x * (w - 1) / w, span_x * (w - 1) / w, w, dtype=grid, device=device)
+    ys = torch.linspace(-span_y * (h - 1) / h, span_y * (h - 1) / h, h, dtype=grid, device=device)
     u, v = torch.meshgrid(xs, ys, indexing="xy")  # (h, w) each
     quarter = channels // 4
     omega = torch.arange(quarter, dtype=torch.float64, device=device) / (channels / 4.0)
@@ -102,7 +103,7 @@ def uv_embedding(grid_hw: tuple[int, int], channels: int, aspect: float, dtype: 
         angles = torch.einsum("m,d->md", coord.reshape(-1), omega)  # (h*w, c/4) float64
         parts.append(torch.cat([angles.sin(), angles.cos()], dim=1).float())  # (h*w, c/2)
     emb = torch.cat(parts, dim=-1).view(h, w, channels)  # (h, w, c)
-    return emb.permute(2, 0, 1)  # (c, h, w)
+    return emb.permute(2, 0, 1).to(dtype)  # (c, h, w); a bf16 head adds it in bf16
 
 
 class DPTHead(nn.Module):

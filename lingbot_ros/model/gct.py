@@ -22,12 +22,13 @@ import torch
 from torch import Tensor, nn
 from torch.profiler import record_function
 
-from ..config import HEAD_PRECISIONS, PRECISIONS, check_positive_int
+from ..config import HEAD_PRECISIONS, MLP_PRECISIONS, PRECISIONS, check_positive_int
 from . import qk_fused
 from .aggregator import Aggregator
 from .camera_head import CameraHead
 from .config import GCTConfig
 from .dpt_head import DPTHead, activate_depth, activate_points
+from .fp8_mlp import Fp8Mlp
 from .layers import Attention
 from .pose import pose_to_c2w, pose_to_intrinsics
 from .step import StepContext
@@ -47,8 +48,9 @@ class GCTModel(nn.Module):
                            if config.point_head is not None else None)
 
     def prepare(self, device: str | torch.device, precision: str = "auto",
-                camera_head_precision: str = "fp32") -> "GCTModel":
-        """Move to ``device``; eval mode; set the aggregator and camera-head precisions.
+                camera_head_precision: str = "fp32", depth_head_precision: str = "fp32",
+                mlp_precision: str = "aggregator") -> "GCTModel":
+        """Move to ``device``; eval mode; set the aggregator's and the heads' precisions.
 
         Args:
             precision: ``fp32``; ``bf16`` (aggregator weights and activations in bfloat16,
@@ -59,6 +61,12 @@ class GCTModel(nn.Module):
             camera_head_precision: ``fp32`` (the reference), ``bf16`` (weights, activations
                 and its cache in bfloat16, the pose summed in float32; docs/performance.md
                 gives its pose difference, 1.1e-2, and its speed, 1.2 ms per frame).
+            depth_head_precision: ``fp32`` (the reference), ``bf16`` (the DPT depth head's
+                weights and activations in bfloat16, its raw output activated in float32).
+            mlp_precision: ``aggregator`` (the MLPs of the frame and global blocks in the
+                aggregator's precision), ``fp8`` (their GEMMs in float8 e4m3 with per-row
+                and per-channel scales: ``Fp8Mlp``). Both non-defaults are for speed and
+                miss the reference's bounds by the figures in docs/performance.md.
         """
         device = torch.device(device)
         if precision not in PRECISIONS:
@@ -66,6 +74,11 @@ class GCTModel(nn.Module):
         if camera_head_precision not in HEAD_PRECISIONS:
             raise ValueError(f"camera_head_precision must be one of {HEAD_PRECISIONS}, "
                              f"got {camera_head_precision!r}")
+        for name, value, allowed in (("depth_head_precision", depth_head_precision,
+                                      HEAD_PRECISIONS),
+                                     ("mlp_precision", mlp_precision, MLP_PRECISIONS)):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
         if precision == "auto":
             precision = "bf16" if device.type == "cuda" else "fp32"
         self.to(device=device, dtype=torch.float32).eval().requires_grad_(False)
@@ -77,6 +90,8 @@ class GCTModel(nn.Module):
                     head.to(memory_format=torch.channels_last)
         if camera_head_precision == "bf16":
             self.camera_head.to(torch.bfloat16)
+        if depth_head_precision == "bf16" and self.depth_head is not None:
+            self.depth_head.to(torch.bfloat16)
         if precision == "bf16":
             self.aggregator.to(torch.bfloat16)
             # The normalisation constants stay fp32 (as in the reference), and so do the
@@ -87,7 +102,22 @@ class GCTModel(nn.Module):
                 if isinstance(module, Attention) and not isinstance(module.q_norm, nn.Identity):
                     module.q_norm.float()
                     module.k_norm.float()
+        if mlp_precision == "fp8":
+            for block in (*self.aggregator.frame_blocks, *self.aggregator.global_blocks):
+                if not isinstance(block.mlp, Fp8Mlp):
+                    block.mlp = Fp8Mlp.from_mlp(block.mlp)
         return self
+
+    @property
+    def precisions(self) -> dict[str, str]:
+        """What ``prepare`` set: the aggregator, camera head, depth head and MLP dtypes."""
+        mlp = ("fp8" if any(isinstance(b.mlp, Fp8Mlp) for b in self.aggregator.global_blocks)
+               else "aggregator")
+        depth = (str(next(self.depth_head.parameters()).dtype).replace("torch.", "")
+                 if self.depth_head is not None else "none")
+        return {"aggregator": str(self.aggregator.dtype).replace("torch.", ""),
+                "camera_head": str(self.camera_head.dtype).replace("torch.", ""),
+                "depth_head": depth, "mlp": mlp}
 
     def resolve_fused_kernels(self, mode: str = "auto") -> bool:
         """Whether a stream running this model may use the fused q/k-norm + RoPE kernel
@@ -122,9 +152,9 @@ class GCTModel(nn.Module):
         # No autocast: the aggregator runs in its weights' dtype with explicit float32 islands
         # (see ``prepare``), which saves the ~1,000 casts per frame autocast would launch.
         with torch.autocast(device_type, enabled=False):
-            layers = self.aggregator(images.float(), step)
-            # heads in float32
-            layers = [t.float() for t in layers]  # each (n, T, 2C)
+            raw_layers = self.aggregator(images.float(), step)  # aggregator dtype
+            # heads in float32 (a bf16 depth head takes the aggregator's tokens as they are)
+            layers = [t.float() for t in raw_layers]  # each (n, T, 2C)
             with record_function("lingbot/camera_head"):
                 pose_list = self.camera_head(layers[-1][:, 0], step.camera)
             pose_enc = pose_list[-1]  # (n, 9)
@@ -133,8 +163,11 @@ class GCTModel(nn.Module):
             patch_start = self.config.aggregator.num_special_tokens
             if step.with_depth and self.depth_head is not None:
                 with record_function("lingbot/depth_head"):
+                    head_dtype = self.depth_head.norm.weight.dtype  # fp32, or bf16 if set
+                    head_in = layers if head_dtype == torch.float32 else [
+                        t.to(head_dtype) for t in raw_layers]
                     out["depth"], out["depth_conf"] = activate_depth(
-                        self.depth_head(layers, patch_start, image_hw))
+                        self.depth_head(head_in, patch_start, image_hw).float())
             if step.with_points and self.point_head is not None:
                 out["world_points"], out["world_points_conf"] = activate_points(
                     self.point_head(layers, patch_start, image_hw))

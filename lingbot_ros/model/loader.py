@@ -134,7 +134,9 @@ def load_weights(model: GCTModel, source: str | Path | Mapping[str, Tensor],
 
 def load_model(path: str | Path, config: GCTConfig | Sequence[GCTConfig] | None = None,
                device: str | torch.device = "cpu", precision: str = "auto",
-               trust_pickle: bool = False, camera_head_precision: str = "fp32") -> GCTModel:
+               trust_pickle: bool = False, camera_head_precision: str = "fp32",
+               depth_head_precision: str = "fp32", mlp_precision: str = "aggregator"
+               ) -> GCTModel:
     """Build the network for a checkpoint and load it.
 
     Args:
@@ -143,7 +145,8 @@ def load_model(path: str | Path, config: GCTConfig | Sequence[GCTConfig] | None 
         config: architecture (default: the released one), or several candidates: the first
             whose tensor names and shapes the file matches is built (the error names the
             first's mismatches). The point head is added or dropped to match the file.
-        device, precision, camera_head_precision: see ``GCTModel.prepare``.
+        device, precision, camera_head_precision, depth_head_precision, mlp_precision: see
+            ``GCTModel.prepare``.
     """
     state = read_state_dict(path, trust_pickle)
     has_points = any(k.startswith(POINT_HEAD_PREFIX) for k in state)
@@ -162,7 +165,8 @@ def load_model(path: str | Path, config: GCTConfig | Sequence[GCTConfig] | None 
         raise first_error
     model.load_state_dict(state, strict=True, assign=True)  # no second copy of the weights
     _init_buffers(model)
-    return model.prepare(device, precision, camera_head_precision)
+    return model.prepare(device, precision, camera_head_precision, depth_head_precision,
+                         mlp_precision)
 
 
 def _init_buffers(model: GCTModel) -> None:

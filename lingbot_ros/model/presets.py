@@ -50,7 +50,8 @@ def random_model(config: GCTConfig, seed: int = 0, device: str = "cpu") -> GCTMo
 def build_model(preset: str = "tiny", checkpoint: Optional[str] = None, device: str = "cpu",
                 precision: str = "auto", seed: int = 0,
                 camera_head_precision: str = "fp32",
-                trust_pickle: bool = False) -> tuple[GCTModel, bool]:
+                trust_pickle: bool = False, depth_head_precision: str = "fp32",
+                mlp_precision: str = "aggregator") -> tuple[GCTModel, bool]:
     """The model for a run: the checkpoint's (official architecture) or random weights.
 
     Returns ``(model, random_weights)``; callers must say loudly when ``random_weights``.
@@ -65,9 +66,12 @@ def build_model(preset: str = "tiny", checkpoint: Optional[str] = None, device: 
                                                else [])
         model = load_model(checkpoint, candidates, device=device, precision=precision,
                            trust_pickle=trust_pickle,
-                           camera_head_precision=camera_head_precision)
+                           camera_head_precision=camera_head_precision,
+                           depth_head_precision=depth_head_precision,
+                           mlp_precision=mlp_precision)
         model.origin = {"kind": "checkpoint", "path": str(checkpoint)}  # snapshots name it
         return model, False
     model = random_model(preset_config(preset), seed)
     model.origin = {"kind": "random", "preset": preset, "seed": seed}
-    return model.prepare(device, precision, camera_head_precision), True
+    return model.prepare(device, precision, camera_head_precision, depth_head_precision,
+                         mlp_precision), True

@@ -28,13 +28,13 @@ from typing import Callable, NamedTuple, Optional, Protocol
 
 from std_msgs.msg import Header
 
-from ..session import FrameFailed, FrameRejected, FrameResult
+from ..session import FrameFailed, FrameRejected, FrameResult, read_manifest
 from .convert import ImageLimits, ImageRejected, compressed_to_array, image_to_array
 from .frame_queue import FrameQueue
 from .messages import ns_to_stamp, stamp_to_ns
 from .pending_frames import PendingFrame, PendingFrames
 from .robot_frames import RobotFrames, extrinsic_summary
-from .session_snapshot import start_save
+from .session_snapshot import check_scale, restore_scale, start_save
 from .stream_scale import StreamScale
 from .telemetry import NodeTelemetry
 
@@ -146,31 +146,35 @@ class FrameWorker:
         """~/save_session: taken between two frames like a reset (the frame in flight is
         published first, then the stream is copied to the host: all the worker waits for);
         returns the ``SnapshotJob`` writing it in the background. ``node_state``: a callable
-        giving the outputs' own state. ``SnapshotError`` if it cannot be taken."""
+        giving the outputs' own state; the scale estimate is saved with it. ``SnapshotError``
+        if it cannot be taken."""
         self._no_reset_waiting.clear()
         try:
             with self._lock:
                 self._publish_in_flight()
                 state = node_state() if node_state is not None else None
-                return start_save(self._session, path, state, extra)
+                return start_save(self._session, path, state, extra, scale=self._scale)
         finally:
             self._no_reset_waiting.set()
 
     def load_session(self, path, load_node_state=None) -> dict:
         """~/load_session: replace the stream by the snapshot at ``path`` between two frames
         (the frame in flight is published first; queued images are dropped, counted
-        ``dropped_reset``). ``SnapshotError``, and the stream untouched, when it cannot be
-        restored. Returns its manifest."""
+        ``dropped_reset``). The scale estimate continues from the snapshot's (one made under
+        another ``scale.source`` is refused before anything changes). ``SnapshotError``, and
+        the stream untouched, when it cannot be restored. Returns its manifest."""
         self._no_reset_waiting.clear()
         try:
             with self._lock:
                 self._publish_in_flight()
+                if self._scale is not None:  # refused before the stream is touched
+                    check_scale(read_manifest(path), self._scale)
                 manifest = self._session.restore(path)
                 self._generation += 1
                 self._telemetry.count("dropped_reset", self._queue.clear())
                 self._frames.clear()
                 self._outputs.clear()
-                self._reset_scale()  # a snapshot holds no scale: it is estimated anew
+                self._restore_scale(manifest)
                 if load_node_state is not None:
                     load_node_state(manifest.get("front_end_state"))
                 self._telemetry.stream_reset(self._session.info())
@@ -262,6 +266,7 @@ class FrameWorker:
             depth_due, with_depth = self._outputs.depth_wanted()
             if self._scale is not None and self._scale.needs_depth:
                 with_depth = True  # the depth source samples every frame's depth
+                self._scale.on_submit(stamp_ns)
             try:
                 # finishes the frame before this one, then queues this one on the GPU
                 ticket = session.submit(array, stamp_ns, encoding, with_depth=with_depth)
@@ -347,6 +352,20 @@ class FrameWorker:
             self._restart_note = event.message  # for the next INITIALIZING status
             self._log.warning(f"{event.message} (image stamp "
                               f"{header.stamp.sec}.{header.stamp.nanosec:09d})")
+
+    def _restore_scale(self, manifest: dict) -> None:
+        """A restored stream's scale: the snapshot's estimate continues (or, without one in
+        the snapshot, a new estimate, with a warning)."""
+        if self._scale is None:
+            return
+        try:
+            estimate, warning = restore_scale(manifest, self._scale)
+        except ValueError as exc:  # checked before the restore: only a file changed meanwhile
+            estimate, warning = self._scale.reset(), f"{exc}: the scale is estimated anew"
+        if warning:
+            self._log.warning(warning)
+        if self._scale_topic is not None:
+            self._scale_topic.changed(estimate)
 
     def _reset_scale(self) -> None:
         """A new stream (reset, restart): a new scale estimate (a rollover keeps it)."""

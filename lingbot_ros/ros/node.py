@@ -28,16 +28,18 @@ from rclpy.task import Future
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import Header
 
-from ..session import StreamingSession, load_session_model, model_origin, warm_up
+from ..session import (StreamingSession, load_session_model, model_origin, read_manifest,
+                       warm_up)
 from . import params
 from .background_job import BackgroundJob
 from .frame_worker import FrameWorker
 from .image_input import ImageInput
 from .outputs import Outputs
+from .node_config import scale_reads_tf
 from .robot_frames import RobotFrames, tf_tree_mode
 from .scale_topic import ScalePublisher
 from .services import Services
-from .session_snapshot import SnapshotError, start_save
+from .session_snapshot import SnapshotError, check_scale, restore_scale, start_save
 from .status import Status
 from .stream_scale import SOURCES_FOR_A_ROBOT, StreamScale, odometry_msg_pose, units_header
 from .telemetry import NodeTelemetry
@@ -58,6 +60,8 @@ def _build_session(settings: params.Settings) -> tuple[StreamingSession, bool, O
     model, random_weights = load_session_model(
         settings.session, settings.preset, settings.checkpoint or None, settings.precision,
         camera_head_precision=settings.camera_head_precision,
+        depth_head_precision=settings.depth_head_precision,
+        mlp_precision=settings.mlp_precision,
         trust_pickle=settings.trust_pickle)
     session = StreamingSession(model, settings.session)
     if settings.warmup:
@@ -136,8 +140,17 @@ class LingbotNode(LifecycleNode):
             self.get_logger().warning(
                 f"NO CHECKPOINT: model.preset '{settings.preset}' with RANDOM weights; poses "
                 "are NOT meaningful. Set the 'checkpoint' parameter for real estimates.")
+        scale = StreamScale(settings.scale)
+        if resumed is not None:  # the snapshot's scale estimate continues (or is refused)
+            try:
+                _, warning = restore_scale(resumed, scale)
+            except SnapshotError as exc:
+                self.get_logger().error(f"configure failed: {settings.resume_from}: {exc}")
+                return TransitionCallbackReturn.FAILURE
+            if warning:
+                self.get_logger().warning(warning)
         self.settings, self.session = settings, session
-        self.scale = StreamScale(settings.scale)
+        self.scale = scale
         if resumed is not None:
             self._resume_state = resumed.get("front_end_state")
             self.get_logger().info(
@@ -156,6 +169,9 @@ class LingbotNode(LifecycleNode):
             self._release()
             return TransitionCallbackReturn.FAILURE
         self._configured = True
+        if settings.gc_freeze:  # the model, session and warm-up garbage: never swept again
+            gc.collect()
+            gc.freeze()
         self.get_logger().info(
             f"configured: {'checkpoint ' + settings.checkpoint if settings.checkpoint else 'random ' + settings.preset} "
             f"on {settings.session.device}, attention {info['attention']} "
@@ -180,12 +196,15 @@ class LingbotNode(LifecycleNode):
         cfg = self.settings.node
         # Our own TF buffer (tf2_ros has no pip wheels): base -> camera, another odom.
         tree = None
-        if not cfg.camera_only or (cfg.publish_map_to_odom and not cfg.publish_odom_to_base):
+        if (not cfg.camera_only or (cfg.publish_map_to_odom and not cfg.publish_odom_to_base)
+                or scale_reads_tf(cfg, self.settings.scale)):
             tree = TransformTree()
             self._tf_listener = TfListener(self, tree)
         self.robot_frames = RobotFrames(cfg, tree)
         self.outputs = Outputs(self, cfg, tree, self.settings.scale)
-        self.scale_topic = ScalePublisher(self, cfg.map_frame, lambda: self.scale.estimate)
+        scale = self.scale
+        self.scale_topic = ScalePublisher(self, cfg.map_frame, lambda: scale.estimate,
+                                          stamp_ns=scale.stamp_ns)
         if self._resume_state is not None:  # a restored snapshot's map and path
             self.outputs.load_node_state(self._resume_state)
             self._resume_state = None
@@ -203,8 +222,15 @@ class LingbotNode(LifecycleNode):
 
     def _scale_inputs(self) -> list:
         """The scale source's subscriptions (``aligned_depth``, ``odom_in``: relative, remap
-        them); the warning of a robot whose outputs stay in model units."""
+        them) and TF lookups (the camera's height over ``frames.ground``; another node's
+        odom -> base with ``scale.odometry_input: tf``); the warning of a robot whose
+        outputs stay in model units."""
         cfg, source = self.settings.node, self.settings.scale.source
+        scale, frames = self.scale, self.robot_frames
+        from_tf = scale_reads_tf(cfg, self.settings.scale)
+        scale.attach_tf(
+            ground=frames.ground_to_optical if from_tf and source == "camera_height" else None,
+            odometry=frames.odom_to_base if from_tf and source == "odometry" else None)
         if source == "none":
             if not cfg.camera_only:
                 self.get_logger().warning(
@@ -223,9 +249,19 @@ class LingbotNode(LifecycleNode):
                          if cfg.image_qos == "reliable" else ReliabilityPolicy.BEST_EFFORT)
         if source == "depth":
             return [self.create_subscription(Image, "aligned_depth", self._on_depth, qos)]
-        if source == "odometry":
+        if source == "odometry" and from_tf:
+            self.get_logger().info(
+                f"scale.source odometry: {cfg.odom_frame} -> {cfg.base_frame} of another node "
+                "from TF, looked up at each image stamp")
+        elif source == "odometry":
             return [self.create_subscription(Odometry, "odom_in", self._on_odometry,
                                              QoSProfile(depth=100, reliability=qos.reliability))]
+        elif source == "camera_height":
+            height = self.settings.scale.camera_height_m
+            self.get_logger().info(
+                "scale.source camera_height: the floor in the predicted depth, the camera "
+                + (f"{height:g} m over it (scale.camera_height_m)" if height is not None else
+                   f"height over {cfg.ground_frame} from TF (frames.ground)"))
         return []
 
     def _on_depth(self, msg) -> None:
@@ -323,6 +359,8 @@ class LingbotNode(LifecycleNode):
         if self._tf_listener is not None:
             self._tf_listener.destroy()
             self._tf_listener = None
+        if self.scale is not None:  # the worker is stopped: its TF lookups go with the tree
+            self.scale.attach_tf()
 
     def _stop_io_refs(self) -> None:
         """Forget whatever ``_stop_io`` could not take down (after a failed activate)."""
@@ -340,6 +378,7 @@ class LingbotNode(LifecycleNode):
         self.session = None
         self.scale = None
         self.telemetry.set_session_info(None)
+        gc.unfreeze()  # what gc_freeze kept out of the sweeps can be freed again
         gc.collect()
         try:
             import torch
@@ -379,7 +418,8 @@ class LingbotNode(LifecycleNode):
             if session.in_flight:  # the worker stopped mid-frame: finish it into the stream
                 session.collect()
             state = self.outputs.node_state() if self.outputs is not None else None
-            ok, message, _, _ = start_save(session, settings.save_on_shutdown, state).wait()
+            ok, message, _, _ = start_save(session, settings.save_on_shutdown, state,
+                                           scale=self.scale).wait()
         except Exception as exc:  # noqa: BLE001 -- shutting down anyway: say why
             ok, message = False, f"{type(exc).__name__}: {exc}"
         log = self.get_logger()
@@ -392,7 +432,7 @@ class LingbotNode(LifecycleNode):
             if worker is not None:
                 job = worker.save_session(path, outputs.node_state if outputs else None)
             else:  # inactive: nothing in flight (published on stopping)
-                job = start_save(session, path)
+                job = start_save(session, path, scale=self.scale)
         except SnapshotError as exc:
             return False, str(exc), 0, 0
         return job.wait()
@@ -405,9 +445,12 @@ class LingbotNode(LifecycleNode):
                 manifest = worker.load_session(path, outputs.load_node_state if outputs
                                                else None)
             else:  # inactive: the map and path are loaded when it activates
+                check_scale(read_manifest(path), self.scale)  # before the stream changes
                 manifest = session.restore(path)
-                if self.scale is not None:  # a snapshot holds no scale: estimated anew
-                    self.scale.reset()
+                if self.scale is not None:  # the snapshot's estimate continues
+                    _, warning = restore_scale(manifest, self.scale)
+                    if warning:
+                        self.get_logger().warning(warning)
                 self._resume_state = manifest.get("front_end_state")
                 self.telemetry.stream_reset(session.info())
         except SnapshotError as exc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..scale.config import ScaleConfig
 from .param_table import check_value, rows
 
 
@@ -29,6 +30,9 @@ class NodeConfig:
     camera_frame: str = ""  # "" = the image header's frame_id
     camera_is_optical: bool = True  # the camera frame has optical axes (x right, y down)
     ground_frame: str = "base_footprint"  # scale camera_height: the floor under the robot
+    # scale odometry: nav_msgs/Odometry on odom_in ("topic") or another node's odom -> base
+    # on /tf ("tf")
+    odometry_input: str = "topic"
     publish_map_to_odom: bool = True  # map -> odom (identity, or corrects another odometry)
     publish_odom_to_base: bool = True  # odom -> base (we are the odometry source)
     wait_for_extrinsic_s: float = 10.0  # base -> camera missing this long: diagnostics ERROR
@@ -78,3 +82,28 @@ def outputs_read_depth(config: NodeConfig) -> bool:
     decided; ``Outputs.depth_wanted`` then says, per frame, whether one is due."""
     return config.depth_rate_hz > 0 or config.publish_points or config.map_points
 
+
+
+def check_scale_inputs(config: NodeConfig, scale: ScaleConfig) -> None:
+    """ValueError (starting with the field, so the parameter is named) for a scale input this
+    node cannot read: odometry from TF needs a robot base and another node publishing
+    odom -> base; reading back this node's own odom -> base would be circular."""
+    if scale.source != "odometry" or config.odometry_input != "tf":
+        return
+    if config.camera_only:
+        raise ValueError("odometry_input 'tf' reads odom -> base from TF: it needs a robot base "
+                         "frame (frames.base is '')")
+    if config.publish_odom_to_base:
+        raise ValueError(
+            f"odometry_input 'tf' reads {config.odom_frame} -> {config.base_frame} of another "
+            f"node from TF, but tf.publish_odom_to_base is true: this node publishes that "
+            "transform itself and would read its own estimate back (circular). Set "
+            "tf.publish_odom_to_base: false (the other node owns odom -> base), or "
+            "scale.odometry_input: topic")
+
+
+def scale_reads_tf(config: NodeConfig, scale: ScaleConfig) -> bool:
+    """Whether the scale source reads TF: the camera's height over ``ground_frame``
+    (camera_height without scale.camera_height_m), or odom -> base (odometry_input tf)."""
+    return ((scale.source == "camera_height" and scale.camera_height_m is None)
+            or (scale.source == "odometry" and config.odometry_input == "tf"))

@@ -190,8 +190,10 @@ class Outputs:
         cfg = self.config
         while self._held:
             held = self._held.popleft()
-            self.path.append(pose_stamped(held.chain.tracked_in_map(held.c2w, k),
-                                          ns_to_stamp(held.stamp_ns), cfg.map_frame))
+            T = held.chain.tracked_in_map(held.c2w, k)
+            self.path.append(pose_stamped(T, ns_to_stamp(held.stamp_ns), cfg.map_frame))
+            if self._previous is not None and self._previous[0] == held.stamp_ns:
+                self._previous = (held.stamp_ns, T)  # the twist's last pose, now in metres
 
     def map_to_odom_failing(self) -> Optional[tuple[float, int, str]]:
         """(seconds since map -> odom last went out, frames failed, last error) while the

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from ..config import (ATTENTION_BACKENDS, FLASHINFER_VARIANTS, FUSED_KERNEL_MODES,
-                      HEAD_PRECISIONS, KEYFRAME_POLICIES, MAX_KV_SPLITS, MODEL_PRESETS,
-                      PRECISIONS, STAMP_BACKWARDS_POLICIES)
+                      HEAD_PRECISIONS, KEYFRAME_POLICIES, MAX_KV_SPLITS, MLP_PRECISIONS,
+                      MODEL_PRESETS, PRECISIONS, STAMP_BACKWARDS_POLICIES)
 from ..scale.config import BEFORE_LOCK_POLICIES, SCALE_SOURCES
 
 IMAGE_QOS = ("auto", "sensor_data", "reliable")  # qos.image (ros/image_input.py)
+ODOMETRY_INPUTS = ("topic", "tf")  # scale.odometry_input (ros/stream_scale.py)
 
 
 def none_if_negative(value):
@@ -80,6 +81,9 @@ PARAMS: tuple[Param, ...] = (
       "configure and activate on start (no lifecycle manager)"),
     P("warmup", bool, True, "settings.warmup",
       "run a short dummy stream at configure so frame 1 is not slow"),
+    P("gc_freeze", bool, False, "settings.gc_freeze",
+      "after configure, move every object Python holds then (model, session, rclpy) out of "
+      "the cyclic garbage collector's sweeps (gc.freeze): shorter collector pauses"),
     # --- model
     P("checkpoint", str, "", "settings.checkpoint",
       "LingBot-Map weights (.pt/.safetensors); empty = random weights"),
@@ -95,6 +99,12 @@ PARAMS: tuple[Param, ...] = (
     P("camera_head.precision", str, "fp32", "settings.camera_head_precision",
       "camera head: fp32 (the reference) | bf16 (1.2 ms faster on an H200, pose within "
       "1.1e-2)", choices=HEAD_PRECISIONS),
+    P("depth_head.precision", str, "fp32", "settings.depth_head_precision",
+      "depth head: fp32 (the reference) | bf16 (faster; depth within the figures of "
+      "docs/performance.md)", choices=HEAD_PRECISIONS),
+    P("aggregator.mlp_precision", str, "aggregator", "settings.mlp_precision",
+      "the aggregator's MLP GEMMs: aggregator (its precision) | fp8 (e4m3, CUDA; faster, "
+      "pose within the figures of docs/performance.md)", choices=MLP_PRECISIONS),
     P("attention.backend", str, "auto", "session.attention_backend",
       "auto (flashinfer on CUDA when installed) | torch_ref | flashinfer",
       choices=ATTENTION_BACKENDS),
@@ -203,7 +213,8 @@ PARAMS: tuple[Param, ...] = (
     # --- metric scale (docs/node.md "Scale", docs/scale.md)
     P("scale.source", str, "none", "scale.source",
       "where metres come from: none (model units) | fixed (scale.factor) | depth "
-      "(aligned_depth) | odometry (odom_in) | camera_height (not wired into the node yet)",
+      "(aligned_depth) | odometry (odom_in, or TF: scale.odometry_input) | camera_height "
+      "(the floor in the predicted depth; scale.camera_height_m or TF frames.ground)",
       choices=SCALE_SOURCES),
     P("scale.factor", float, 1.0, "scale.factor", "fixed: metres per model unit",
       range=(1e-6, 1e6)),
@@ -226,6 +237,9 @@ PARAMS: tuple[Param, ...] = (
     P("scale.odom_min_step_m", float, 0.1, "scale.odom_min_step_m",
       "odometry: frames paired this far apart (less: the base stood still); at most "
       "scale.min_baseline_m", range=(1e-4, 1e3)),
+    P("scale.odometry_input", str, "topic", "node.odometry_input",
+      "odometry: topic (nav_msgs/Odometry on odom_in) | tf (another node's frames.odom -> "
+      "frames.base on /tf; needs tf.publish_odom_to_base false)", choices=ODOMETRY_INPUTS),
     P("scale.planar", bool, False, "scale.planar",
       "odometry: compare x/y of the base only (wheel odometry)"),
     P("scale.camera_height_m", float, 0.0, "scale.camera_height_m",

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..config import KeyframeConfig, PreprocessConfig, SessionConfig
 from ..scale import ScaleConfig
-from .node_config import NodeConfig, outputs_read_depth
+from .node_config import NodeConfig, check_scale_inputs, outputs_read_depth
 from .param_table import (PARAM_NAMES, PARAMS, PARAMS_BY_ATTRIBUTE, PARAMS_BY_NAME, Param,
                           check_value, rows)
 
@@ -32,8 +32,11 @@ class Settings:
     preset: str
     precision: str
     camera_head_precision: str
+    depth_head_precision: str
+    mlp_precision: str
     autostart: bool
     warmup: bool
+    gc_freeze: bool
     resume_from: str = ""  # a snapshot to continue at configure (docs/node.md)
     save_on_shutdown: str = ""  # where to write one on a clean shutdown
 
@@ -59,7 +62,8 @@ def build_settings(values: dict) -> Settings:
         session = SessionConfig(
             **fields_of("session"), keyframes=KeyframeConfig(**fields_of("session.keyframes")),
             preprocess=PreprocessConfig(**fields_of("session.preprocess")),
-            return_depth=outputs_read_depth(node) or scale.source == "depth")
+            return_depth=outputs_read_depth(node) or scale.reads_predicted_depth)
+        check_scale_inputs(node, scale)
     except ValueError as exc:
         p = PARAMS_BY_ATTRIBUTE.get(re.match(r"\w*", str(exc)).group(0))
         raise ValueError(f"parameter {p.name!r}: {exc}" if p else f"invalid parameters: {exc}") \

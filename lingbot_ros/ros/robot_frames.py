@@ -7,6 +7,12 @@ there, frames are dropped (counted) and the node says what it waits for; after
 (``frames.base: ""``) needs no TF. A different base -> camera later on TF (a corrected
 calibration) is reported (``check_extrinsic``: the worker logs it, WARN, old and new) and
 applied by ``restart()`` on the next ~/reset, not mid-stream (docs/node.md says why).
+
+For the metric scale (docs/node.md, "Scale") the same TF tree answers two more lookups, on
+the worker's thread, at a frame's stamp: the ground frame (``frames.ground``) -> the
+camera's optical frame (``ground_to_optical``: the camera's height over the floor, source
+``camera_height``) and another node's ``frames.odom`` -> ``frames.base`` (``odom_to_base``,
+source ``odometry`` with ``scale.odometry_input: tf``).
 """
 from __future__ import annotations
 
@@ -16,10 +22,10 @@ from typing import Optional
 import numpy as np
 
 from .node_config import NodeConfig
-from ..geometry import matrix_to_tq
+from ..geometry import T_BODY_OPTICAL, matrix_to_tq
 from .frames import FrameChain
 from .health import ERROR, OK
-from .tf_tree import TransformError
+from .tf_tree import ExtrapolationError, TransformError
 
 DEFAULT_CAMERA_FRAME = "camera_optical_frame"  # images without a frame_id
 EXTRINSIC_CHECK_S = 1.0  # how often the extrinsic in use is compared with TF's
@@ -117,6 +123,35 @@ class RobotFrames:
         self.chain = self._T_base_camera = None
         return (f"~/reset: applying the new extrinsic {self.config.base_frame} -> camera "
                 f"(was {_tq(old)})")
+
+    def ground_to_optical(self, stamp_ns: int) -> np.ndarray:
+        """``T_ground_optical`` (4x4, metres): the stream camera's optical frame in the ground
+        frame (``frames.ground``, on the floor, z up) at ``stamp_ns``; the latest transform
+        when TF has none at that stamp (a camera's height hardly changes; a static chain
+        has no time anyway). Raises TransformError saying which frame is missing."""
+        cfg = self.config
+        if self.chain is None or self._tree is None:
+            raise TransformError(f"no ground frame {cfg.ground_frame!r} in TF: no TF tree "
+                                 "or no camera frame yet")
+        camera = self.chain.camera_frame
+        try:
+            try:
+                T = self._tree.lookup(cfg.ground_frame, camera, stamp_ns)
+            except ExtrapolationError:
+                T = self._tree.lookup(cfg.ground_frame, camera, None)
+        except TransformError as exc:
+            raise TransformError(f"no ground frame {cfg.ground_frame!r} in TF "
+                                 f"({cfg.ground_frame} -> {camera}: {exc})") from exc
+        return T if cfg.camera_is_optical else T @ T_BODY_OPTICAL
+
+    def odom_to_base(self, stamp_ns: int) -> np.ndarray:
+        """``T_odom_base`` (4x4, metres) at ``stamp_ns``, from another node's odometry on TF
+        (interpolated by the tree). Raises TransformError (ExtrapolationError: not there
+        yet, or too old)."""
+        cfg = self.config
+        if self._tree is None or cfg.camera_only:
+            raise TransformError("odometry from TF needs a robot base frame (frames.base)")
+        return self._tree.lookup(cfg.odom_frame, cfg.base_frame, stamp_ns)
 
     def waiting_message(self) -> str:
         return (f"waiting for the transform {self.waiting_for} (the robot's static TF, e.g. "

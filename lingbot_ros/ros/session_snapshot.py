@@ -6,7 +6,14 @@ A save is taken by the worker between two frames, like a reset: the frame in fli
 published first, then the stream's state is copied to the host (``snapshot_state``: the only
 time the worker is held); the files are written by a background thread (``SnapshotJob``),
 and the service answers once they are on disk. The node's own state (the voxel map of
-~/map_points, the ~/path history) goes into the same directory (``front_end_state``).
+~/map_points, the ~/path history) and the stream's scale estimate (``StreamScale.state_dict``,
+key ``scale``) go into the same directory (``front_end_state``).
+
+On restore the scale estimate continues (LOCKED stays LOCKED at the same metres per unit):
+``check_scale`` refuses a snapshot whose estimate was made under another ``scale.source``
+(or other estimate settings) *before* the stream is touched; ``restore_scale`` then loads it.
+A snapshot without an estimate (saved by an older build) restarts the estimate, with a
+warning.
 """
 from __future__ import annotations
 
@@ -18,7 +25,10 @@ import numpy as np
 
 from ..session import SnapshotError, write_snapshot
 
-__all__ = ["SnapshotJob", "start_save", "node_state", "load_node_state", "SnapshotError"]
+__all__ = ["SnapshotJob", "start_save", "node_state", "load_node_state", "SnapshotError",
+           "scale_state", "check_scale", "restore_scale"]
+
+SCALE_KEY = "scale"  # front_end_state[SCALE_KEY]: StreamScale.state_dict()
 
 
 class SnapshotJob:
@@ -56,11 +66,14 @@ class SnapshotJob:
 
 
 def start_save(session, path, front_end_state: Optional[dict] = None,
-               extra: Optional[dict] = None) -> SnapshotJob:
+               extra: Optional[dict] = None, scale=None) -> SnapshotJob:
     """Copy the stream to the host now (between frames: the caller holds the worker) and
-    write it in the background. ``SnapshotError`` if the session is mid-frame."""
+    write it in the background. ``scale``: the stream's ``StreamScale`` (its estimate is
+    saved with the node's state). ``SnapshotError`` if the session is mid-frame."""
     import time
     t0 = time.perf_counter()
+    if scale is not None:
+        front_end_state = dict(front_end_state or {}, **{SCALE_KEY: scale.state_dict()})
     data = session.snapshot_state(extra=extra, front_end_state=front_end_state)
     blocked_ms = (time.perf_counter() - t0) * 1e3
     return SnapshotJob(data, path, int(data.manifest["frames_processed"]), blocked_ms)
@@ -81,3 +94,39 @@ def load_node_state(state: Optional[dict], voxel_map=None):
     if voxel_map is not None and state.get("voxel_map") is not None:
         voxel_map.load_state_dict(state["voxel_map"])
     return state.get("path_records")
+
+
+def scale_state(manifest: Optional[dict]) -> Optional[dict]:
+    """The scale estimate a snapshot's manifest holds (None: saved without one)."""
+    front_end = (manifest or {}).get("front_end_state") or {}
+    return front_end.get(SCALE_KEY) if isinstance(front_end, dict) else None
+
+
+def check_scale(manifest: Optional[dict], scale) -> None:
+    """``SnapshotError`` unless the snapshot's scale estimate can continue in ``scale`` (a
+    ``StreamScale``): call it before the stream is restored, so a refusal changes nothing.
+    A snapshot without an estimate passes (``restore_scale`` restarts it)."""
+    state = scale_state(manifest)
+    if scale is None or state is None:
+        return
+    try:
+        scale.check_state_dict(state)
+    except ValueError as exc:
+        raise SnapshotError(str(exc)) from None
+
+
+def restore_scale(manifest: Optional[dict], scale):
+    """Continue the snapshot's scale estimate in ``scale`` (checked by ``check_scale``);
+    returns ``(estimate, warning)``: the warning (else None) says the estimate restarted
+    because the snapshot holds none."""
+    state = scale_state(manifest)
+    if state is None:
+        estimate = scale.reset()
+        if scale.config.source in ("none", "fixed"):
+            return estimate, None
+        return estimate, (f"the snapshot holds no scale estimate (an older build saved it): "
+                          f"the {scale.config.source} scale is estimated anew")
+    try:
+        return scale.load_state_dict(state), None
+    except ValueError as exc:
+        raise SnapshotError(str(exc)) from None

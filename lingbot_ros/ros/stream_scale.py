@@ -9,29 +9,40 @@ sensor data in (``push_depth``, ``push_odometry``) and reads snapshots (``estima
 the estimator itself is touched by the worker only (and by ``reset``, which the worker's own
 reset calls under its frame lock).
 
-Sources wired here: ``none``, ``fixed``, ``depth`` (the relative topic ``aligned_depth``),
-``odometry`` (``odom_in``, nav_msgs/Odometry). ``camera_height`` is not wired into the node
-yet: it stays UNKNOWN and reports ``no_floor`` (see docs/node.md, "Scale").
+Sources: ``none``, ``fixed``, ``depth`` (the relative topic ``aligned_depth``),
+``odometry`` (nav_msgs/Odometry on ``odom_in``, pushed by the executor; or, with
+``scale.odometry_input: tf``, another node's odom -> base looked up in the node's TF tree at
+each frame's stamp), ``camera_height`` (the floor in the frame's predicted depth, unprojected
+with the model's intrinsics on the depth source's pixel grid; the camera's height is
+``scale.camera_height_m``, else TF ``frames.ground`` -> the camera at the frame's stamp). The
+TF lookups are handed in at activation (``attach_tf``: ``RobotFrames``' methods) and run on
+the worker's thread; a missing transform is a counted rejection (``no_ground_frame``; for
+odometry ``no_odometry`` / ``out_of_sync``) whose detail the stale reason carries (see
+docs/node.md, "Scale").
 """
 from __future__ import annotations
 
 import math
 import threading
 import time
-from typing import Optional
+from collections import deque
+from typing import Callable, Optional
 
 import numpy as np
 
 from ..scale import (DEPTH_ENCODINGS, DepthSource, OdometrySource, Rejection, ScaleConfig,
-                     ScaleEstimate, ScaleEstimator)
+                     ScaleEstimate, ScaleEstimator, camera_height_depth_sample)
+from .tf_tree import ExtrapolationError, TransformError
 
 __all__ = ["StreamScale", "depth_msg_to_array", "odometry_msg_pose", "units_header",
            "SOURCES_FOR_A_ROBOT"]
 
 # What the activation warning names for a robot whose outputs stay in model units.
 SOURCES_FOR_A_ROBOT = ("depth (an RGB-D camera's aligned depth on 'aligned_depth')",
-                       "odometry (wheel/VIO odometry on 'odom_in')",
+                       "odometry (wheel/VIO odometry on 'odom_in', or odom -> base on TF)",
+                       "camera_height (a level floor in view, the camera's height)",
                        "fixed (a calibrated scale.factor)")
+TF_PENDING_MAX = 64  # frames whose odometry TF did not have yet, looked up again later
 
 
 def depth_msg_to_array(msg) -> np.ndarray:
@@ -64,7 +75,15 @@ class StreamScale:
         self._estimate = self._estimator.estimate
         self._last_frame: Optional[tuple[float, float]] = None  # (stamp s, time.monotonic())
         self.depth_received = 0  # depth images pushed (executor thread)
-        self.odometry_received = 0  # odometry poses pushed (executor thread)
+        self._frame_ns: dict[float, int] = {}  # a recent frame's stamp in s -> in ns
+        self.odometry_received = 0  # odometry poses pushed (executor thread; TF: the worker)
+        # TF lookups (``attach_tf``), called on the worker's thread: stamp_ns -> 4x4, raising
+        # TransformError; None = not from TF
+        self._ground_lookup: Optional[Callable[[int], np.ndarray]] = None
+        self._odometry_lookup: Optional[Callable[[int], np.ndarray]] = None
+        self._tf_pending: deque[int] = deque(maxlen=TF_PENDING_MAX)  # stamps to look up again
+        self._tf_error = ""  # why the last TF lookup failed ("" once one succeeded)
+        self._detail = ""  # the detail of the last rejection (the stale reason shows it)
 
     @property
     def estimate(self) -> ScaleEstimate:
@@ -73,8 +92,19 @@ class StreamScale:
 
     @property
     def needs_depth(self) -> bool:
-        """The source reads every frame's predicted depth (the session must return it)."""
-        return self.config.source == "depth"
+        """The source reads every frame's predicted depth (the session must return it):
+        ``depth`` and ``camera_height``."""
+        return self.config.reads_predicted_depth
+
+    def attach_tf(self, ground: Optional[Callable[[int], np.ndarray]] = None,
+                  odometry: Optional[Callable[[int], np.ndarray]] = None) -> None:
+        """The TF lookups the source reads (at activation; ``attach_tf()`` detaches them):
+        ``ground(stamp_ns)`` -> T_ground_optical (camera_height without
+        ``camera_height_m``), ``odometry(stamp_ns)`` -> T_odom_base (odometry from TF). Each
+        raises TransformError when TF cannot answer. Called while no frame is in flight."""
+        with self._lock:
+            self._ground_lookup, self._odometry_lookup = ground, odometry
+            self._tf_pending.clear()
 
     # -- the executor's side -------------------------------------------------------------------
     def push_depth(self, msg) -> None:
@@ -98,6 +128,19 @@ class StreamScale:
                 self._odometry_pending.append((stamp_s, np.array(T_odom_base, float)))
                 del self._odometry_pending[:-4096]
 
+    def stamp_ns(self, stamp_s: float) -> Optional[int]:
+        """The exact ROS stamp (ns) of a recent frame whose stamp in seconds is ``stamp_s``
+        (an estimate's ``stamp_s``), else None: float seconds lose ~100 ns at 1.7e9 s."""
+        with self._lock:
+            return self._frame_ns.get(stamp_s)
+
+    def on_submit(self, stamp_ns: int) -> None:
+        """Worker: a frame was handed to the session; the depth source pins its depth image
+        now (the result may come many depth images later on a slow machine)."""
+        if self._depth is not None:
+            with self._lock:
+                self._depth.pin(stamp_ns * 1e-9)
+
     def stale_reason(self, now_monotonic: float) -> Optional[str]:
         """Why the source has yielded no sample for ``stale_timeout_s``, or None (also before
         the first frame: no images is the input's own health). The estimator counts in the
@@ -107,7 +150,9 @@ class StreamScale:
             last = self._last_frame
             if last is None:
                 return None
-            return self._estimator.stale_reason(last[0] + max(0.0, now_monotonic - last[1]))
+            reason = self._estimator.stale_reason(last[0] + max(0.0, now_monotonic - last[1]))
+            detail = self._detail if reason == self._estimate.reason else ""
+        return f"{reason} ({detail})" if reason and detail else reason
 
     def info(self) -> dict:
         """Diagnostics key/values: the ~/scale fields, the rejections by reason."""
@@ -118,6 +163,7 @@ class StreamScale:
                "scale_metres_per_unit": e.metres_per_unit, "scale_sigma_log": e.sigma_log,
                "scale_samples": e.samples, "scale_segment": e.segment,
                "scale_units": e.units, "scale_last_rejection": e.reason or "none",
+               "scale_last_rejection_detail": (self._detail if e.reason else "") or "none",
                "scale_depth_received": self.depth_received,
                "scale_odometry_received": self.odometry_received}
         out.update({f"scale_rejected_{reason}": n for reason, n in e.rejections})
@@ -130,8 +176,13 @@ class StreamScale:
         stamp_s = result.stamp_ns * 1e-9
         source = self.config.source
         sample = None
+        if source == "camera_height":  # the frame's own points only: outside the lock
+            sample = self._camera_height_sample(result, stamp_s, T_base_optical)
         with self._lock:
             self._last_frame = (stamp_s, time.monotonic())
+            self._frame_ns[stamp_s] = result.stamp_ns
+            if len(self._frame_ns) > 64:  # the oldest (insertion order)
+                del self._frame_ns[next(iter(self._frame_ns))]
             if source == "depth":
                 if result.depth is None:
                     sample = Rejection(stamp_s, "no_depth", "no predicted depth for this frame")
@@ -139,13 +190,64 @@ class StreamScale:
                     sample = self._depth.sample(stamp_s, result.depth, result.depth_conf,
                                                 result.crop)
             elif source == "odometry":
-                sample = self._odometry_source(T_base_optical).sample(stamp_s, result.c2w)
-            elif source == "camera_height":
-                sample = Rejection(stamp_s, "no_floor", "camera_height is not wired into "
-                                   "the node yet")
+                odometry = self._odometry_source(T_base_optical)
+                if self._odometry_lookup is not None:
+                    self._pull_tf_odometry(result.stamp_ns)
+                sample = odometry.sample(stamp_s, result.c2w)
+                if (isinstance(sample, Rejection) and self._tf_error
+                        and sample.reason in ("no_odometry", "out_of_sync")):
+                    sample = Rejection(sample.stamp_s, sample.reason,
+                                       f"{sample.detail}; TF: {self._tf_error}")
             if sample is not None:
                 self._estimate = self._estimator.add(sample)
+                if isinstance(sample, Rejection):
+                    self._detail = sample.detail
         return self._estimate
+
+    def _camera_height_sample(self, result, stamp_s: float, T_base_optical: np.ndarray):
+        """The floor in the frame's predicted points; the height configured, else from TF
+        (then the ground frame's z axis is the up axis the floor's normal is held to). The
+        worker's thread; reads no buffer the executor writes (the lookup is set while no
+        frame is in flight)."""
+        if result.depth is None:
+            return Rejection(stamp_s, "no_depth", "no predicted depth for this frame")
+        height_m, T_up = self.config.camera_height_m, T_base_optical
+        if height_m is None:
+            if self._ground_lookup is None:
+                return Rejection(stamp_s, "no_ground_frame", "no TF tree to look the ground "
+                                 "frame up in (set scale.camera_height_m)")
+            try:
+                T_up = self._ground_lookup(result.stamp_ns)
+            except TransformError as exc:
+                return Rejection(stamp_s, "no_ground_frame", str(exc))
+            height_m = float(T_up[2, 3])
+        return camera_height_depth_sample(stamp_s, result.depth, result.K_model, T_up,
+                                          height_m, self.config, result.depth_conf)
+
+    def _pull_tf_odometry(self, stamp_ns: int) -> None:
+        """Odometry from TF: the base in odom at this frame's stamp (interpolated by the
+        tree), and again at the earlier frames TF did not cover yet. Under the lock."""
+        self._tf_pending.append(int(stamp_ns))
+        keep = []
+        for s in self._tf_pending:
+            try:
+                T = self._odometry_lookup(s)
+            except ExtrapolationError as exc:
+                self._tf_error = str(exc)
+                if exc.direction == "future":  # not on TF yet: the next frame asks again
+                    keep.append(s)
+                continue
+            except TransformError as exc:  # no odom or base frame (yet)
+                self._tf_error = str(exc)
+                keep.append(s)
+                continue
+            self.odometry_received += 1
+            self._tf_error = ""
+            rejected = self._odometry.push_odometry(s * 1e-9, T)
+            if rejected is not None:
+                self._estimate = self._estimator.add(rejected)
+        self._tf_pending.clear()
+        self._tf_pending.extend(keep)
 
     def reset(self) -> ScaleEstimate:
         """A new stream (``~/reset``, a restart): a new estimate in a new segment; the sensor
@@ -153,7 +255,9 @@ class StreamScale:
         with self._lock:
             if self._odometry is not None:
                 self._odometry.reset()
+            self._tf_pending.clear()
             self._last_frame = None
+            self._detail = ""
             self._estimate = self._estimator.reset()
         return self._estimate
 
@@ -166,6 +270,29 @@ class StreamScale:
                 self._odometry.push_odometry(stamp_s, T)
             self._odometry_pending = []
         return self._odometry
+
+    # -- stream snapshots (ros/session_snapshot.py) -----------------------------------------
+    def state_dict(self) -> dict:
+        """The estimate for a stream snapshot (``ScaleEstimator.state_dict``: JSON values);
+        the sensors' buffers are not the stream's and are not saved."""
+        with self._lock:
+            return self._estimator.state_dict()
+
+    def check_state_dict(self, state) -> None:
+        """ValueError (naming why) unless ``state`` can continue in this stream's scale."""
+        self._estimator.check_state_dict(state)
+
+    def load_state_dict(self, state) -> ScaleEstimate:
+        """Continue a snapshot's estimate (LOCKED stays LOCKED at its value); ValueError, and
+        nothing changed, for another source or settings. The odometry source's frame window
+        belongs to the replaced stream: it starts anew, as on a reset."""
+        with self._lock:
+            self._estimator.check_state_dict(state)
+            if self._odometry is not None:
+                self._odometry.reset()
+            self._last_frame = None
+            self._estimate = self._estimator.load_state_dict(state)
+        return self._estimate
 
 
 def odometry_msg_pose(msg) -> tuple[float, np.ndarray]:

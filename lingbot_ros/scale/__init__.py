@@ -6,14 +6,16 @@
   :class:`ScaleEstimate` snapshots;
 * sample sources, each returning a :class:`ScaleSample` or a counted :class:`Rejection`:
   :class:`DepthSource` / :func:`depth_sample`, :class:`OdometrySource` /
-  :func:`fit_odometry_scale`, :func:`camera_height_sample` (``fixed`` needs none);
+  :func:`fit_odometry_scale`, :func:`camera_height_sample` /
+  :func:`camera_height_depth_sample` (``fixed`` needs none);
 * the conversions where outputs leave: :func:`c2w_to_metres`, :func:`depth_to_metres`,
   :func:`points_to_metres`, :func:`base_in_map_metres` (``T_bo · S(c2w) · T_bo⁻¹``).
 
 Numpy only: no torch, no rclpy. See docs/scale.md.
 """
-from .bench import bench_depth_source
-from .camera_height import GroundPlane, camera_height_sample, fit_ground_plane
+from .bench import bench_camera_height_source, bench_depth_source, bench_odometry_source
+from .camera_height import (GroundPlane, camera_height_depth_sample, camera_height_sample,
+                            depth_grid_points, fit_ground_plane)
 from .config import BEFORE_LOCK_POLICIES, SCALE_SOURCES, ScaleConfig
 from .depth import (DEPTH_ENCODINGS, CropLike, DepthBuffer, DepthImage, DepthSource,
                     crop_depth, crop_indices, depth_sample, sensor_depth_m)
@@ -30,5 +32,7 @@ __all__ = ["ScaleConfig", "SCALE_SOURCES", "BEFORE_LOCK_POLICIES",
            "depth_sample", "crop_depth", "crop_indices", "sensor_depth_m",
            "OdometrySource", "PoseBuffer", "fit_odometry_scale",
            "GroundPlane", "fit_ground_plane", "camera_height_sample",
+           "camera_height_depth_sample", "depth_grid_points",
            "c2w_to_metres", "depth_to_metres", "points_to_metres", "base_in_map_metres",
-           "check_factor", "bench_depth_source"]
+           "check_factor", "bench_depth_source", "bench_camera_height_source",
+           "bench_odometry_source"]

@@ -108,6 +108,11 @@ class ScaleConfig:
             raise ValueError(f"scale.planar must be a bool, got {self.planar!r}")
 
     @property
+    def reads_predicted_depth(self) -> bool:
+        """The source samples every frame's predicted depth (the session must return it)."""
+        return self.source in ("depth", "camera_height")
+
+    @property
     def metric(self) -> bool:
         """True when a source is set: outputs are meant to be in metres (once LOCKED)."""
         return self.source != "none"

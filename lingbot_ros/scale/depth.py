@@ -232,16 +232,29 @@ class DepthSource:
     def __init__(self, config: ScaleConfig, capacity: int = 16) -> None:
         self._config = config
         self._buffer = DepthBuffer(config.depth_max_dt_s, capacity)
+        # depth matched when its colour frame was handed in (``pin``): stamp -> image. A
+        # slow pipeline's result may come after ``capacity`` newer depth images.
+        self._pinned: dict[float, DepthImage] = {}
+
+    def pin(self, stamp_s: float) -> None:
+        """A colour frame at ``stamp_s`` was handed to the model: keep its depth image (if
+        one matches now) until its ``sample``; if none does yet, ``sample`` looks again."""
+        match = self._buffer.match(stamp_s)
+        if not isinstance(match, Rejection):
+            self._pinned[float(stamp_s)] = match
+            while len(self._pinned) > 32:  # frames that never came back (dropped, failed)
+                del self._pinned[next(iter(self._pinned))]
 
     def push_depth(self, stamp_s: float, image: np.ndarray, encoding: str) -> None:
         self._buffer.push(stamp_s, image, encoding)
 
     def reset(self) -> None:
         self._buffer.clear()
+        self._pinned.clear()
 
     def sample(self, stamp_s: float, predicted_depth: np.ndarray,
                depth_conf: Optional[np.ndarray], crop: CropLike) -> SampleResult:
-        match = self._buffer.match(stamp_s)
+        match = self._pinned.pop(float(stamp_s), None) or self._buffer.match(stamp_s)
         if isinstance(match, Rejection):
             return match
         return depth_sample(stamp_s, match.image, match.encoding, predicted_depth, depth_conf,

@@ -12,7 +12,12 @@ estimate of metres per model unit:
   ``max_change_per_s`` (in log, per second of *sample stamps*): never a jump. A segment
   rollover keeps the estimate; ``reset()`` (a new stream) starts a new one;
 * **stale detector** -- ``stale_reason(now_s)`` names why a source gave nothing for
-  ``stale_timeout_s`` (the last rejection reason, or that no input ever came).
+  ``stale_timeout_s`` (the last rejection reason, or that no input ever came);
+* **snapshots** -- ``state_dict()`` / ``load_state_dict()``: the whole estimate as plain JSON
+  values (a stream snapshot's part); a restored estimator gives bit-identical estimates on the
+  same next samples. A state saved under other estimate settings (source, ``factor``,
+  ``camera_height_m``, ``depth_unit_m``, ``min_samples``, ``lock_spread``, ``max_samples``,
+  ``max_change_per_s``) is refused with a ValueError naming them.
 
 Readers get immutable :class:`ScaleEstimate` snapshots. Numpy only.
 """
@@ -30,6 +35,15 @@ from .config import ScaleConfig
 from .samples import NO_INPUT_REASON, Rejection, SampleResult, ScaleSample
 
 __all__ = ["ScaleState", "ScaleEstimate", "ScaleEstimator"]
+
+STATE_VERSION = 1  # of ScaleEstimator.state_dict()
+# The settings an estimate depends on: a state saved under other values is refused. The
+# source-specific ones count only for their source (their value *is* the scale there).
+_ESTIMATE_SETTINGS = ("source", "min_samples", "lock_spread", "max_samples",
+                      "max_change_per_s")
+_SOURCE_SETTINGS = {"fixed": ("factor",), "camera_height": ("camera_height_m",),
+                    "depth": ("depth_unit_m",)}
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution -> its standard deviation
 MEDIAN_EFFICIENCY = 1.2533  # standard error of a median = 1.2533 sigma / sqrt(n)
@@ -153,6 +167,91 @@ class ScaleEstimator:
             return self._reason
         return NO_INPUT_REASON[cfg.source]
 
+    # --- snapshots ----------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """The estimate as plain JSON values (non-finite floats as "nan"/"inf"/"-inf"; finite
+        ones round-trip exactly through JSON): the samples window, counts, state, segment,
+        applied value and its time, the stale clock and the rejection counters, with the
+        settings it was made under (checked by :meth:`load_state_dict`)."""
+        return {"version": STATE_VERSION, "settings": _settings_of(self._config),
+                "logs": [_dump(v) for v in self._logs], "count": self._count,
+                "state": self._state.value, "segment": self._segment,
+                "applied_log": _dump(self._applied_log), "applied_s": _dump(self._applied_s),
+                "reason": self._reason, "last_sample_s": _dump(self._last_sample_s),
+                "last_rejection_s": _dump(self._last_rejection_s),
+                "since_s": _dump(self._since_s), "stamp_s": _dump(self._stamp_s),
+                "rejections": {k: int(v) for k, v in sorted(self._rejections.items())}}
+
+    def check_state_dict(self, state) -> None:
+        """ValueError (naming what) unless ``state`` (``state_dict``'s output) can continue in
+        this estimator: a known version, the same estimate settings, consistent values."""
+        self._parse_state(state)
+
+    def load_state_dict(self, state) -> ScaleEstimate:
+        """Continue the estimate of ``state`` (``state_dict``'s output); returns the restored
+        snapshot. ValueError, and this estimator unchanged, when it is malformed or was made
+        under other estimate settings (a ``scale.source`` of its own, another fixed factor,
+        camera height, window...)."""
+        parsed = self._parse_state(state)
+        self._logs.clear()
+        self._logs.extend(parsed["logs"])
+        self._rejections = Counter(parsed["rejections"])
+        for key in ("count", "state", "segment", "applied_log", "applied_s", "reason",
+                    "last_sample_s", "last_rejection_s", "since_s", "stamp_s"):
+            setattr(self, f"_{key}", parsed[key])
+        self._snapshot = self._make_snapshot()
+        return self._snapshot
+
+    def _parse_state(self, state) -> dict:
+        if not isinstance(state, dict):
+            raise ValueError(f"scale state: expected a dict, got {type(state).__name__}")
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"scale state: version {state.get('version')!r} is unknown; this "
+                             f"build reads version {STATE_VERSION}")
+        saved, here = state.get("settings"), _settings_of(self._config)
+        if not isinstance(saved, dict):
+            raise ValueError("scale state: no settings")
+        if saved.get("source") != here["source"]:
+            raise ValueError(f"the scale estimate was made with scale.source "
+                             f"{saved.get('source')!r}, this stream's is {here['source']!r}: "
+                             f"set scale.source to {saved.get('source')!r} to continue it "
+                             f"(or start a new stream)")
+        diff = [f"scale.{k}: saved {saved.get(k)!r}, here {here[k]!r}" for k in here
+                if saved.get(k) != here[k]]
+        if diff:
+            raise ValueError("the scale estimate was made under other settings (" +
+                             "; ".join(diff) + "): set them as saved to continue it (or "
+                             "start a new stream)")
+        try:
+            logs = [_load(v) for v in state["logs"]]
+            out = {"logs": logs, "count": int(state["count"]),
+                   "state": ScaleState(state["state"]), "segment": int(state["segment"]),
+                   "reason": str(state["reason"]),
+                   "rejections": {str(k): int(v) for k, v in state["rejections"].items()}}
+            for key in ("applied_log", "applied_s", "last_sample_s", "last_rejection_s",
+                        "since_s", "stamp_s"):
+                out[key] = _load(state[key])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"scale state is malformed ({type(exc).__name__}: {exc})") \
+                from None
+        cfg = self._config
+        if len(logs) > cfg.max_samples or not all(math.isfinite(v) for v in logs):
+            raise ValueError(f"scale state: {len(logs)} samples in the window (at most "
+                             f"{cfg.max_samples}, all finite)")
+        if out["count"] < len(logs) or any(v < 0 for v in out["rejections"].values()):
+            raise ValueError("scale state: counts are inconsistent")
+        if out["state"] is ScaleState.LOCKED and not math.isfinite(out["applied_log"]):
+            raise ValueError("scale state: LOCKED without a finite value")
+        if out["state"] is not ScaleState.UNKNOWN and cfg.source != "fixed" and not logs:
+            raise ValueError(f"scale state: {out['state'].value} without samples")
+        if cfg.source in ("none", "fixed"):
+            want = ScaleState.UNKNOWN if cfg.source == "none" else ScaleState.LOCKED
+            if out["state"] is not want or logs:
+                raise ValueError(f"scale state: {out['state'].value} with "
+                                 f"{len(logs)} samples for source {cfg.source!r}")
+        return out
+
     # --- internals ----------------------------------------------------------------------------
 
     def _clear(self) -> None:
@@ -228,3 +327,26 @@ class ScaleEstimator:
 
 def _finite_or(value: float, default: float) -> float:
     return value if math.isfinite(value) else default
+
+
+def _settings_of(config: ScaleConfig) -> dict:
+    keys = _ESTIMATE_SETTINGS + _SOURCE_SETTINGS.get(config.source, ())
+    return {k: getattr(config, k) for k in keys}
+
+
+def _dump(value: float):
+    """A float as JSON: itself when finite (exact through JSON), else "nan"/"inf"/"-inf"."""
+    value = float(value)
+    if math.isfinite(value):
+        return value
+    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+
+
+def _load(value) -> float:
+    if isinstance(value, str):
+        if value not in _NON_FINITE:
+            raise ValueError(f"{value!r} is not a number")
+        return _NON_FINITE[value]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{value!r} is not a number")
+    return float(value)

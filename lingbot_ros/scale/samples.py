@@ -27,6 +27,7 @@ REASONS = (
     "degenerate",  # odometry: the model's base displacements are ~0 (nothing to compare)
     "no_floor",  # camera_height: no credible ground plane below the camera
     "no_height",  # camera_height: no camera height (neither configured nor from TF)
+    "no_ground_frame",  # camera_height: the ground frame (frames.ground) -> camera not in TF
 )
 # What a source reports while it yields nothing because nothing ever came in.
 NO_INPUT_REASON = {"depth": "no_depth", "odometry": "no_odometry", "camera_height": "no_floor"}

@@ -15,11 +15,13 @@ __all__ = ["PRESETS", "open_session", "load_session_model", "warm_up"]
 def load_session_model(config: SessionConfig, preset: str = "tiny",
                        checkpoint: Optional[str] = None, precision: str = "auto",
                        seed: int = 0, camera_head_precision: str = "fp32",
-                       trust_pickle: bool = False):
+                       trust_pickle: bool = False, depth_head_precision: str = "fp32",
+                       mlp_precision: str = "aggregator"):
     """``(model, random_weights)`` on ``config.device``; say loudly when ``random_weights``.
     ``trust_pickle``: unpickle a checkpoint that needs it (only from a trusted source)."""
     return build_model(preset, checkpoint, config.device, precision, seed,
-                       camera_head_precision, trust_pickle)
+                       camera_head_precision, trust_pickle, depth_head_precision,
+                       mlp_precision)
 
 
 def open_session(config: SessionConfig, preset: str = "tiny", checkpoint: Optional[str] = None,

@@ -24,6 +24,9 @@ whose keyframe decision differs between the two paths (reported; later frames th
 caches).
 ``--profile``: where the GPU time of a steady frame goes, by kernel family (torch.profiler),
 and per model stage (for a graphed configuration, from the same step launched eagerly).
+``scale_estimator`` (``--scale-bench-frames``, default 500, 0 to skip): the metric-scale
+estimator's CPU microseconds per frame at 518x378 (each source: depth, camera_height,
+odometry, sample + update; bench_scale.py).
 Prints a table and writes JSON.
 """
 from __future__ import annotations
@@ -43,6 +46,7 @@ from ..config import FLASHINFER_VARIANTS, KeyframeConfig, PreprocessConfig, Sess
 from ..model.presets import preset_config, random_model
 from ..session import FrameResult, StreamingSession, warm_up
 from .bench_profile import profile_stages, stage_split
+from .bench_scale import run_scale_bench, scale_line
 
 CONFIGS = {  # name -> overrides of the default setup
     "default": {},
@@ -61,6 +65,10 @@ CONFIGS = {  # name -> overrides of the default setup
     # one change of the speed issue taken back at a time (same run as default)
     "push": {"pipeline": False},  # a synchronous push per frame: host work not hidden
     "cam_bf16": {"camera_head_precision": "bf16"},  # camera head in bf16 (not the default)
+    # the 40 FPS candidates of the GPU issue, each alone (not the default)
+    "depth_bf16": {"depth_head_precision": "bf16"},  # DPT depth head in bf16
+    "fp8_mlp": {"mlp_precision": "fp8"},  # aggregator MLP GEMMs in float8 e4m3
+    "depth_bf16_fp8_mlp": {"depth_head_precision": "bf16", "mlp_precision": "fp8"},
     "no_add_norm": {"fused_kernels_off": ("add_norm",)},  # residual + LayerNorm as two ops
     "no_kv_write": {"fused_kernels_off": ("kv_write",)},  # q.repeat + two index_copy_
     "no_split_merge": {"fused_kernels_off": ("split_merge",)},  # pairwise merge_state
@@ -103,17 +111,25 @@ def _percentile(values, q):
     return float(np.percentile(np.asarray(values), q)) if values else None
 
 
-_MODELS: dict = {}  # (preset, iterations, device, camera head) -> model: built once per run
+_MODELS: dict = {}  # (preset, iterations, device, precisions) -> model: built once per run
+PRECISION_KEYS = (("camera_head_precision", "fp32"), ("depth_head_precision", "fp32"),
+                  ("mlp_precision", "aggregator"))  # GCTModel.prepare's, and their defaults
 
 
-def _model(args, iterations: int, device: str, camera_head_precision: str = "fp32"):
-    key = (args.preset, iterations, device, camera_head_precision)
+def precisions_of(over: dict) -> tuple[str, str, str]:
+    """A config's (camera head, depth head, MLP) precisions."""
+    return tuple(over.get(key, default) for key, default in PRECISION_KEYS)
+
+
+def _model(args, iterations: int, device: str, precisions: tuple = ("fp32", "fp32",
+                                                                      "aggregator")):
+    key = (args.preset, iterations, device, tuple(precisions))
     if key not in _MODELS:
         mcfg = preset_config(args.preset)
         mcfg = replace(mcfg, camera_head=replace(mcfg.camera_head, num_iterations=iterations))
         _MODELS.clear()  # one official-size model on the GPU at a time
         _MODELS[key] = random_model(mcfg, seed=0, device=device).prepare(
-            device, "auto", camera_head_precision)
+            device, "auto", *precisions)
     return _MODELS[key]
 
 
@@ -164,8 +180,7 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
     over = overrides_of(name)
     cfg = _session_config(args, over, device)
     h, w = cfg.preprocess.height, cfg.preprocess.width
-    model = _model(args, over.get("iterations", 4), device,
-                   over.get("camera_head_precision", "fp32"))
+    model = _model(args, over.get("iterations", 4), device, precisions_of(over))
     images = _images((h, w))
     cuda = device.startswith("cuda")
     session = StreamingSession(model, cfg)
@@ -219,6 +234,7 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
         "with_depth": cfg.with_depth, "backend": args.backend, "variant": args.variant,
         "kv_splits": cfg.kv_splits, "pipelined": pipeline, "rate_hz": args.rate or None,
         "camera_head": str(model.camera_head.dtype).replace("torch.", ""),
+        "precisions": model.precisions,
         "fast_path": info["fast_path"], "graph_captures": info["graph_captures"],
         "steps_planned_ahead": info["steps_planned_ahead"],
         "fused_kernels": info["fused_kernels"],
@@ -265,17 +281,26 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
     return result
 
 
+_REF_RUNS: dict = {}  # the eager reference run per (keyframes, frames, depth): computed once
+
+
 def run_parity(args, device: str, name: str = "default") -> dict:
-    """Fast path (graphs + FlashInfer + fused kernels, the config's camera head) vs the
-    eager torch_ref path with the reference's float32 camera head, on the same frames."""
+    """Fast path (graphs + FlashInfer + fused kernels, the config's precisions) vs the
+    eager torch_ref path with the reference's float32 heads, on the same frames; with
+    ``--parity-depth``, the depth maps too (relative difference)."""
     images = _images((args.height, args.width))
     over = {k: v for k, v in CONFIGS[name].items() if k == "keyframes"}
-    fast_head = CONFIGS[name].get("camera_head_precision", "fp32")
     runs = {}
-    for label, head, extra in (("fast", fast_head, {}), ("eager_torch_ref", "fp32", {
-            "cuda_graphs": False, "attention_backend": "torch_ref", "fused_kernels": "off"})):
-        model = _model(args, 4, device, head)  # same seed: the same weights, cast or not
-        cfg = _session_config(args, over, device, **extra)
+    for label, precisions, extra in (("fast", precisions_of(CONFIGS[name]), {}), (
+            "eager_torch_ref", precisions_of({}), {"cuda_graphs": False,
+                                                   "attention_backend": "torch_ref",
+                                                   "fused_kernels": "off"})):
+        ref_key = (repr(over), args.parity_frames, args.parity_depth)
+        if label == "eager_torch_ref" and ref_key in _REF_RUNS:  # one per keyframe policy
+            runs[label] = _REF_RUNS[ref_key]
+            continue
+        model = _model(args, 4, device, precisions)  # same seed: the same weights, cast or not
+        cfg = _session_config(args, over, device, return_depth=args.parity_depth, **extra)
         session = StreamingSession(model, cfg)
         out = []
         for i in range(args.parity_frames):
@@ -283,11 +308,15 @@ def run_parity(args, device: str, name: str = "default") -> dict:
         info = session.info()
         runs[label] = (np.stack([r.pose_enc for r in out]), [r.keyframe for r in out],
                        f"{info['fast_path']}, {info['attention']}, fused kernels "
-                       f"{'on' if info['fused_kernels'] else 'off'}, camera head "
-                       f"{str(model.camera_head.dtype).replace('torch.', '')}")
+                       f"{'on' if info['fused_kernels'] else 'off'}, precisions "
+                       f"{model.precisions}",
+                       [r.depth for r in out] if args.parity_depth else None)
+        if label == "eager_torch_ref":
+            _REF_RUNS[ref_key] = runs[label]
         del session
         gc.collect()
-    (fast, fast_kf, fast_path), (ref, ref_kf, ref_path) = runs["fast"], runs["eager_torch_ref"]
+    (fast, fast_kf, fast_path, fast_depth), (ref, ref_kf, ref_path, ref_depth) = (
+        runs["fast"], runs["eager_torch_ref"])
     differs = [i for i, (a, b) in enumerate(zip(fast_kf, ref_kf)) if a != b]
     upto = differs[0] + 1 if differs else len(fast)  # the first differing frame included
     diff = np.abs(fast[:upto] - ref[:upto])
@@ -302,7 +331,19 @@ def run_parity(args, device: str, name: str = "default") -> dict:
             "frames_compared": upto,
             "pose_enc_max_abs_diff": float(diff.max()),
             "pose_enc_max_abs_diff_last_frame": float(diff[-1].max()),
-            "nan": bool(np.isnan(fast).any() or np.isnan(ref).any())}
+            "nan": bool(np.isnan(fast).any() or np.isnan(ref).any()),
+            **(depth_difference(fast_depth[:upto], ref_depth[:upto]) if fast_depth else {})}
+
+
+def depth_difference(fast: list, ref: list) -> dict:
+    """Relative depth difference |a - b| / b over the compared frames' pixels: max, p99 and
+    median, and the largest per-frame median."""
+    rel = [np.abs(a.astype(np.float64) - b) / np.maximum(np.abs(b), 1e-12)
+           for a, b in zip(fast, ref)]
+    flat = np.concatenate([r.ravel() for r in rel])
+    return {"depth_rel_diff": {"max": float(flat.max()), "p99": float(np.percentile(flat, 99)),
+                               "median": float(np.median(flat)),
+                               "worst_frame_median": float(max(np.median(r) for r in rel))}}
 
 
 def main(argv=None) -> int:
@@ -329,6 +370,8 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--parity-frames", type=int, default=0,
                    help="also compare the fast path with eager torch_ref over N frames")
+    p.add_argument("--parity-depth", action="store_true",
+                   help="the parity check also compares the depth maps (relative)")
     p.add_argument("--parity-configs", default="default",
                    help="comma list of configs whose keyframe policy the parity check runs")
     p.add_argument("--profile", nargs="?", const="all", default="",
@@ -338,6 +381,8 @@ def main(argv=None) -> int:
                    "frames (size, blocked, write and restore time; bench_snapshot.py)")
     p.add_argument("--snapshot-window", type=int, default=4, help="--snapshot's window")
     p.add_argument("--snapshot-repeats", type=int, default=3, help="--snapshot's repeats")
+    p.add_argument("--scale-bench-frames", type=int, default=500, metavar="N",
+                   help="frames of the scale estimator's CPU cost at 518x378 (0: skip)")
     p.add_argument("--out", default="bench.json")
     args = p.parse_args(argv)
     args.backend = args.backend or ("flashinfer" if args.device.startswith("cuda")
@@ -373,6 +418,9 @@ def main(argv=None) -> int:
               "torch": torch.__version__, "preset": args.preset,
               "command": "lingbot-ros-bench " + " ".join(sys.argv[1:] if argv is None else argv),
               "runs": []}
+    if args.scale_bench_frames > 0:  # CPU only: the per-frame scale work (bench_scale.py)
+        report["scale_estimator"] = run_scale_bench(args.scale_bench_frames)
+        print(scale_line(report["scale_estimator"]), flush=True)
     if args.parity_frames:  # first: the accuracy of the fast path is the precondition
         report["parity"] = []
         for name in (c.strip() for c in args.parity_configs.split(",") if c.strip()):

@@ -86,8 +86,8 @@ def parse_args(argv):
                        "worker dies")
     fleet.add_argument("--snapshot-every", type=int, default=0,
                        help="save each unit's stream every N input frames (OUT/.fleet/"
-                       "snapshots/); a rerun unit resumes from its last snapshot (not with "
-                       "--ply or --scale; 0: never)")
+                       "snapshots/); a rerun unit resumes from its last snapshot, scale "
+                       "estimate and point map included (0: never)")
     p.add_argument("--resume", action="store_true",
                    help="skip the units OUT/manifest.json lists as finished with the same "
                    "settings and whose files match their digests; redo the others")

@@ -5,13 +5,19 @@ The stream stays in model units; one :class:`OfflineScale` per run owns the stre
 :class:`~lingbot_ros.scale.ScaleEstimator` (reset when the stream restarts, kept across
 rollovers), feeds it every frame's result (``depth``: the sequence's aligned sensor depth
 nearest to the frame's stamp against the frame's predicted depth; ``camera_height``: the
-frame's predicted points below the camera against the camera's height), and converts what
-leaves the run **once, when it is written, with the final estimate**: the trajectory, the
-points and the evaluation. Frames before the lock are kept and written in metres too. If the
-estimate never locks, the files stay in model units and say so (and the summary).
+frame's predicted points below the camera against the camera's height, unprojected as the
+node does, by ``camera_height_depth_sample`` on the ``depth_stride`` grid, the pixels of
+confidence ``--min-conf`` and up), and converts what leaves the run **once, when it is
+written, with the final estimate**: the trajectory, the points and the evaluation. Frames
+before the lock are kept and written in metres too. If the estimate never locks, the files
+stay in model units and say so (and the summary).
 
 Every file written states its units, the scale source and the value in a header comment
 (:meth:`OfflineScale.header_lines`).
+
+``--save-session`` keeps the estimate in the snapshot (:meth:`OfflineScale.state_dict`) and
+``--resume`` continues it, so a recording in two runs gives the files of one. A snapshot whose
+estimate was made under another ``--scale`` (or other estimate settings) is refused.
 """
 from __future__ import annotations
 
@@ -24,9 +30,9 @@ from typing import Optional
 
 import numpy as np
 
-from ..geometry import T_BODY_OPTICAL, frame_points
+from ..geometry import T_BODY_OPTICAL
 from ..scale import (DepthSource, Rejection, ScaleConfig, ScaleEstimate, ScaleEstimator,
-                     c2w_to_metres, camera_height_sample, points_to_metres)
+                     c2w_to_metres, camera_height_depth_sample, points_to_metres)
 from .depth_stream import DepthStream
 
 __all__ = ["SCALE_SOURCES", "ScaleChoice", "OfflineScale", "parse_scale", "scale_arg",
@@ -42,7 +48,6 @@ MODEL_UNITS = "model units"
 # optical), as on KITTI's car and most robots. The floor may still tilt by
 # scale.max_ground_tilt_deg.
 LEVEL_CAMERA = T_BODY_OPTICAL
-POINT_STRIDE = 2  # camera_height: every 2nd model pixel along x and y
 
 
 @dataclass(frozen=True)
@@ -187,7 +192,10 @@ class OfflineScale:
         self.estimator = ScaleEstimator(config)
         self._depth = depth
         self._depth_source = DepthSource(config) if config.source == "depth" else None
-        self._min_conf = float(min_conf)
+        # camera_height: the confident pixels are those of the point files (--min-conf; the
+        # head's confidence is 1 + exp(.) >= 1)
+        self._height_config = dataclasses.replace(config, depth_min_conf=max(1.0, float(
+            min_conf))) if config.source == "camera_height" else None
         self.frames = 0
         self.restarts = 0
 
@@ -229,6 +237,27 @@ class OfflineScale:
             return self.estimate
         return self.estimator.add(sample)
 
+    def state_dict(self) -> dict:
+        """The run's estimate for a stream snapshot (JSON values): the estimator's state and
+        the frame counts (the depth buffer holds readings of the recording: not saved)."""
+        return {"estimator": self.estimator.state_dict(), "frames": self.frames,
+                "restarts": self.restarts}
+
+    def load_state_dict(self, state) -> ScaleEstimate:
+        """Continue a snapshot's estimate; ValueError (nothing changed) when it was made
+        under another ``--scale`` or other estimate settings, or is malformed."""
+        if not isinstance(state, dict) or "estimator" not in state:
+            raise ValueError("the snapshot's scale state is malformed")
+        try:
+            frames, restarts = int(state["frames"]), int(state["restarts"])
+        except (KeyError, TypeError, ValueError):
+            raise ValueError("the snapshot's scale state is malformed (frame counts)") from None
+        estimate = self.estimator.load_state_dict(state["estimator"])
+        self.frames, self.restarts = frames, restarts
+        if self._depth_source is not None:
+            self._depth_source.reset()
+        return estimate
+
     def _depth_sample(self, result, stamp_s: float):
         reading = self._depth.nearest(result.stamp_ns) if self._depth is not None else None
         if reading is None:
@@ -241,10 +270,9 @@ class OfflineScale:
     def _height_sample(self, result, stamp_s: float):
         if result.depth is None:
             return Rejection(stamp_s, "no_floor", "the frame carries no predicted depth")
-        # the frame's predicted points in its own camera frame (model units), confident ones
-        camera = dataclasses.replace(result, c2w=np.eye(4))
-        points, _ = frame_points(camera, POINT_STRIDE, self._min_conf)
-        return camera_height_sample(stamp_s, points, LEVEL_CAMERA, None, self.config)
+        # the frame's predicted points in its own camera frame (model units), as the node
+        return camera_height_depth_sample(stamp_s, result.depth, result.K_model, LEVEL_CAMERA,
+                                          None, self._height_config, result.depth_conf)
 
     # --- at write time ----------------------------------------------------------------------
 

@@ -9,9 +9,13 @@ run ends, and every ``--snapshot-every N`` input frames with it (the same direct
 atomically). ``--resume DIR`` restores one before the first frame: the input frames it had
 read are skipped (read, not processed; the last one's stamp must be the snapshot's, else the
 run stops: another recording), so the trajectory continues bit-identically (on the CPU) and
-``trajectory.tum`` equals that of one uninterrupted run. The run's own accumulators that are
-not in the snapshot (``--ply``'s points, ``--scale``'s estimate) are refused with
-``--resume``.
+``trajectory.tum`` equals that of one uninterrupted run. The run's own accumulators are in
+the snapshot too (``front_end_state``): ``--scale``'s estimate (``OfflineScale.state_dict``)
+and, with ``--ply``, the point map (``VoxelMap.state_dict``), so ``points.ply`` and the scale
+(and every file it converts) equal those of one run as well. ``--resume`` refuses a snapshot
+made under another ``--scale`` (or other ``--scale-param`` estimate settings), ``--ply``
+from a snapshot saved without it, and other ``--ply-voxel``, ``--ply-max-points``,
+``--ply-stride`` or ``--min-conf`` values.
 """
 from __future__ import annotations
 
@@ -25,6 +29,9 @@ from ..session import SnapshotError, StreamingSession, read_manifest
 __all__ = ["add_snapshot_args", "OfflineSnapshots", "snapshot_frames_read"]
 
 log = logging.getLogger("lingbot_ros.offline")
+
+SCALE_KEY = "scale"  # front_end_state[SCALE_KEY]: OfflineScale.state_dict()
+POINTS_KEY = "voxel_map"  # front_end_state[POINTS_KEY]: VoxelMap.state_dict() (--ply)
 
 
 def add_snapshot_args(p: argparse.ArgumentParser) -> None:
@@ -61,14 +68,10 @@ class OfflineSnapshots:
         self.keyframe_flags: list[bool] = []
         self.saves = 0
         self.resumed_from = None
+        self.points, self.scale = points, scale
+        self.ply = ({"stride": int(args.ply_stride), "min_conf": float(args.min_conf)}
+                    if points is not None else None)
         if resume:
-            if points is not None:
-                raise ValueError("--resume with --ply is not supported: the point map is not "
-                                 "in the snapshot")
-            if scale is not None and getattr(scale, "config", None) is not None and (
-                    scale.config.source != "none"):
-                raise ValueError("--resume with --scale is not supported: the scale "
-                                 "estimate is not in the snapshot")
             try:
                 manifest = session.restore(resume)
             except SnapshotError as exc:
@@ -77,12 +80,51 @@ class OfflineSnapshots:
             if not offline:
                 raise ValueError(f"--resume {resume}: not a snapshot of an offline run "
                                  "(it does not say which input frames it had read)")
+            self._resume_front_end(resume, offline, manifest.get("front_end_state") or {})
             self.start = int(offline["frames_read"])
             self.last_stamp = offline.get("last_stamp_ns")
             self.keyframe_flags = [bool(k) for k in offline.get("keyframe_flags", [])]
             self.resumed_from = str(resume)
             log.info("resumed from %s: %d input frames already read, %d processed",
                      resume, self.start, manifest.get("frames_processed", 0))
+
+    def _resume_front_end(self, resume, offline: dict, front_end: dict) -> None:
+        """Continue the snapshot's scale estimate and point map (refused, with the reason,
+        when they do not fit this run's settings)."""
+        scale, points = self.scale, self.points
+        if scale is not None:
+            state = front_end.get(SCALE_KEY)
+            if state is None:
+                if scale.config.source != "none":
+                    raise ValueError(f"--resume {resume}: the snapshot holds no scale estimate "
+                                     f"(made by an older build): --scale "
+                                     f"{scale.config.source} cannot continue it")
+            else:
+                try:
+                    scale.load_state_dict(state)
+                except ValueError as exc:
+                    raise ValueError(f"--resume {resume}: {exc} (--scale, --scale-param)") \
+                        from None
+        if points is not None:
+            state = front_end.get(POINTS_KEY)
+            if state is None:
+                raise ValueError(f"--resume {resume}: the snapshot holds no point map (saved "
+                                 "without --ply): resume without --ply, or run the whole "
+                                 "recording with it")
+            saved = dict(offline.get("ply") or {}, voxel=state.get("initial_voxel_size"),
+                         max_points=state.get("max_points"))
+            here = dict(self.ply, voxel=points.initial_voxel_size,
+                        max_points=points.max_points)
+            diff = [f"{k}: saved {saved.get(k)!r}, here {v!r}" for k, v in here.items()
+                    if saved.get(k) != v]
+            if diff:
+                raise ValueError(f"--resume {resume}: the point map was made with other "
+                                 f"--ply settings ({'; '.join(diff)})")
+            try:
+                points.load_state_dict(state)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"--resume {resume}: the snapshot's point map is malformed "
+                                 f"({exc})") from None
 
     def skip(self, frames_read: int, frame) -> bool:
         """Whether input frame number ``frames_read`` (1-based) was read before the
@@ -110,8 +152,15 @@ class OfflineSnapshots:
 
     def save(self, frames_read: int, keyframe_flags: list[bool]) -> None:
         extra = {"offline": {"frames_read": frames_read, "last_stamp_ns": self.last_stamp,
-                             "keyframe_flags": [bool(k) for k in keyframe_flags]}}
-        path, nbytes = self.session.snapshot(self.save_to, extra=extra)
+                             "keyframe_flags": [bool(k) for k in keyframe_flags],
+                             "ply": self.ply}}
+        front_end = {}
+        if self.scale is not None:
+            front_end[SCALE_KEY] = self.scale.state_dict()
+        if self.points is not None:
+            front_end[POINTS_KEY] = self.points.state_dict()
+        path, nbytes = self.session.snapshot(self.save_to, extra=extra,
+                                             front_end_state=front_end)
         self.saves += 1
         log.info("session snapshot after %d input frames: %s (%.1f MB)", frames_read, path,
                  nbytes / 1e6)

@@ -1,13 +1,16 @@
 """Resume after a restart, over real DDS: node A streams the first half of a bag and saves
 its stream on SIGINT (session.save_on_shutdown); node B resumes it (session.resume_from) and
 streams the rest. B's poses are those of one node that streamed the whole bag. A corrupted
-snapshot fails B's configure with the reason."""
+snapshot fails B's configure with the reason. A LOCKED metric scale survives ~/save_session
+and ~/load_session: the stream continues in metres at once, with the same estimate; a node
+of another scale.source refuses the snapshot."""
 from __future__ import annotations
 
 import dataclasses
 import json
 
 import numpy as np
+import pytest
 
 from lingbot_ros.tools.synthetic import render_sequence
 from lingbot_ros.tools.synthetic_writers import write_bag
@@ -91,3 +94,169 @@ def test_a_corrupted_snapshot_fails_the_configure_with_the_reason(tmp_path, ros_
         log = node.log()
     assert rc != 0, log[-3000:]
     assert "configure failed" in log and "SHA-256 digest mismatch" in log, log[-3000:]
+
+
+def test_a_locked_scale_survives_save_session_and_load_session(tmp_path, ros_env):
+    """scale.source depth (the sensor depth is K x the model's own, as in test_node_scale):
+    lock, ~/save_session, ~/reset (a new, UNKNOWN estimate), ~/load_session: ~/scale is
+    LOCKED again at the saved value, segment and samples, and the next frames go out in metres
+    at once (nothing withheld), as the uninterrupted stream's. A node with scale.source fixed
+    refuses the snapshot, saying why."""
+    from lingbot_ros_interfaces.srv import LoadSession, SaveSession
+    from tests.ros.node_harness import good_images
+    from tests.ros.robot_probe import matrix_of
+    from tests.ros.test_node_robot_tf import expected_results, send, static_msgs
+    from tests.ros.test_node_scale import H, K, SCALE, W, ScaleProbe, metric_base, send_depth
+
+    class SessionProbe(ScaleProbe):
+        def setup(self, node) -> None:
+            super().setup(node)
+            n = self._node_name
+            self.clients["save_session"] = node.create_client(SaveSession, f"{n}/save_session")
+            self.clients["load_session"] = node.create_client(LoadSession, f"{n}/load_session")
+
+        def last_scale(self):
+            got = self.snapshot("scale")
+            return got[-1].msg if got else None
+
+    images = good_images(10, width=W, height=H)
+    stamps = [stamp_ns(m.header.stamp) for m in images]
+    expected = expected_results(images)
+    snap = tmp_path / "scale.snap"
+    with NodeProcess(ros_env, tmp_path, {**SCALE, "scale.source": "depth"}) as node, \
+            SessionProbe(static_msgs()) as probe:
+        probe.wait_active(node)
+        probe.wait_static_delivered()
+        send_depth(probe, images, expected)
+        send(probe, images[:6])
+        saved = probe.wait_until(lambda: (lambda m: m if m is not None and m.samples == 6
+                                          and m.state == m.LOCKED else None)(
+            probe.last_scale()), 90, "~/scale LOCKED with 6 samples")
+        assert saved.metres_per_unit == pytest.approx(K, rel=1e-3)
+        reply = probe.call("save_session", SaveSession.Request(path=str(snap)))
+        assert reply.success and reply.frames == 6, reply.message
+        manifest = json.loads((snap / "manifest.json").read_text())
+        assert manifest["front_end_state"]["scale"]["state"] == "LOCKED"
+
+        assert probe.call("reset").success
+        probe.wait_until(lambda: (lambda m: m is not None and m.state == m.UNKNOWN
+                                  and m.segment == saved.segment + 1)(probe.last_scale()),
+                         30, "a new estimate after ~/reset")
+        reply = probe.call("load_session", LoadSession.Request(path=str(snap)))
+        assert reply.success and reply.frames == 6, reply.message
+        restored = probe.wait_until(lambda: (lambda m: m if m is not None and m.state == m.LOCKED
+                                             else None)(probe.last_scale()), 30,
+                                    "~/scale LOCKED after ~/load_session")
+        assert (restored.metres_per_unit, restored.sigma_log, restored.samples,
+                restored.segment, restored.source) == (
+            saved.metres_per_unit, saved.sigma_log, 6, saved.segment, "depth")
+
+        before = len(probe.poses)
+        send(probe, images[6:])  # in metres at once: the restored estimate is LOCKED
+        probe.wait_until(lambda: len(probe.poses) >= before + 4, 90, "the 4 next poses")
+        got = {stamp_ns(g.msg.header.stamp): matrix_of(g.msg.pose)
+               for g in probe.snapshot("poses")[before:]}
+        assert sorted(got) == stamps[6:]
+        for s in stamps[6:]:  # the uninterrupted stream's frames, scaled
+            np.testing.assert_allclose(got[s], metric_base(expected[s].c2w, K), atol=1e-5)
+        last = probe.wait_until(lambda: (lambda m: m if m is not None and m.samples == 10
+                                         else None)(probe.last_scale()), 30, "10 samples")
+        assert last.segment == saved.segment and last.state == last.LOCKED
+    assert node.poll() is not None
+
+    fixed = {**SCALE, "scale.source": "fixed", "scale.factor": 0.4}
+    with NodeProcess(ros_env, tmp_path, fixed, name="fixed") as node, \
+            SessionProbe(static_msgs()) as probe:
+        probe.wait_active(node)
+        reply = probe.call("load_session", LoadSession.Request(path=str(snap)))
+        assert not reply.success
+        assert "scale.source 'depth', this stream's is 'fixed'" in reply.message, reply.message
+        assert "the stream is unchanged" in reply.message
+    assert node.poll() is not None
+
+
+def test_scale_restore_rules_without_a_node():
+    """check_scale refuses another source before anything changes; restore_scale continues a
+    LOCKED estimate; a snapshot without an estimate (an older build's) restarts a metric one
+    with a warning; none/fixed need none."""
+    from lingbot_ros.ros.session_snapshot import SnapshotError, check_scale, restore_scale
+    from lingbot_ros.ros.stream_scale import StreamScale
+    from lingbot_ros.scale import ScaleConfig, ScaleEstimator, ScaleSample
+
+    config = ScaleConfig(source="depth", min_samples=2)
+    est = ScaleEstimator(config, segment=4)
+    for i in range(3):
+        est.add(ScaleSample(i * 0.1, 2.0, "depth"))
+    manifest = {"front_end_state": {"scale": est.state_dict()}}
+    fixed = StreamScale(ScaleConfig(source="fixed", factor=0.4))
+    with pytest.raises(SnapshotError, match="scale.source 'depth', this stream's is 'fixed'"):
+        check_scale(manifest, fixed)
+    assert fixed.estimate.metres_per_unit == 0.4 and fixed.estimate.segment == 0
+    depth = StreamScale(config)
+    check_scale(manifest, depth)
+    estimate, warning = restore_scale({"front_end_state": {}}, depth)
+    assert "holds no scale estimate" in warning and estimate.segment == 1
+    assert not estimate.locked
+    assert restore_scale({}, fixed)[1] is None
+    estimate, warning = restore_scale(manifest, depth)
+    assert warning is None and estimate == est.estimate and estimate.locked
+    assert (estimate.metres_per_unit, estimate.samples, estimate.segment) == (2.0, 3, 4)
+
+
+def test_a_restarted_node_continues_a_locked_scale(tmp_path, ros_env):
+    """Node A (scale.source depth) locks, streams 6 frames and saves on SIGINT; node B resumes
+    (session.resume_from): ~/scale is LOCKED at A's value from the start and B's frames go out
+    in metres at once (nothing withheld), as the uninterrupted stream's. A node of another
+    scale.source fails its configure on that snapshot, saying why."""
+    from tests.ros.node_harness import good_images
+    from tests.ros.robot_probe import matrix_of
+    from tests.ros.test_node_robot_tf import expected_results, send, static_msgs
+    from tests.ros.test_node_scale import H, K, SCALE, W, ScaleProbe, metric_base, send_depth
+
+    def last_scale(probe):
+        got = probe.snapshot("scale")
+        return got[-1].msg if got else None
+
+    images = good_images(10, width=W, height=H)
+    stamps = [stamp_ns(m.header.stamp) for m in images]
+    expected = expected_results(images)
+    snap = tmp_path / "scale.snap"
+    depth = {**SCALE, "scale.source": "depth"}
+    with NodeProcess(ros_env, tmp_path, {**depth, "session.save_on_shutdown": str(snap)},
+                     name="a") as node, ScaleProbe(static_msgs()) as probe:
+        probe.wait_active(node)
+        probe.wait_static_delivered()
+        send_depth(probe, images[:6], expected)
+        send(probe, images[:6])
+        saved = probe.wait_until(lambda: (lambda m: m if m is not None and m.samples == 6
+                                          and m.state == m.LOCKED else None)(
+            last_scale(probe)), 90, "~/scale LOCKED with 6 samples")
+        node.interrupt()
+        assert node.wait(60) == 0, node.log()[-3000:]
+    assert json.loads((snap / "manifest.json").read_text())[
+        "front_end_state"]["scale"]["state"] == "LOCKED"
+
+    with NodeProcess(ros_env, tmp_path, {**depth, "session.resume_from": str(snap)},
+                     name="b") as node, ScaleProbe(static_msgs()) as probe:
+        probe.wait_active(node)
+        probe.wait_static_delivered()
+        send_depth(probe, images[6:], expected)
+        send(probe, images[6:])
+        probe.wait_until(lambda: len(probe.poses) >= 4, 90, "the 4 poses of B")
+        assert probe.pose_stamps() == stamps[6:]  # none withheld: LOCKED from the start
+        for g in probe.snapshot("poses"):
+            np.testing.assert_allclose(matrix_of(g.msg.pose), metric_base(
+                expected[stamp_ns(g.msg.header.stamp)].c2w, K), atol=1e-5)
+        first = probe.wait_until(lambda: probe.snapshot("scale"), 30, "~/scale")[0].msg
+        assert first.state == first.LOCKED and first.segment == saved.segment
+        assert first.metres_per_unit == saved.metres_per_unit and first.samples >= 6
+    assert node.poll() is not None
+
+    fixed = {**SCALE, "scale.source": "fixed", "scale.factor": 0.4,
+             "session.resume_from": str(snap)}
+    with NodeProcess(ros_env, tmp_path, fixed, name="c") as node:
+        rc = node.wait(90)
+        log = node.log()
+    assert rc != 0, log[-3000:]
+    assert "configure failed" in log and "scale.source 'depth', this stream's is 'fixed'" \
+        in log, log[-3000:]

@@ -1,11 +1,14 @@
 """Metric scale where the node's outputs leave (no DDS): the REP-105 algebra with a scale
 (a robot turning in place about base_link with the camera 0.3 m ahead keeps base_link put),
 the odometry covariance with the scale's uncertainty, depth messages read for the depth
-source, ``StreamScale`` (fixed, depth; bad input counted, never raised) and the saved files'
-units header."""
+source, ``StreamScale`` (fixed, depth; bad input counted, never raised; ``camera_height``: a
+synthetic floor as the predicted depth, the height configured or from the robot's TF, the
+ground frame missing; ``odometry`` from TF, looked up at the image stamps) and the saved
+files' units header."""
 from __future__ import annotations
 
 import math
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -172,3 +175,186 @@ def test_stream_scale_odometry_counts_bad_poses_and_waits_for_motion():
     assert scale.push_odometry(2.0, bad) is None  # never raises
     assert scale.estimate.rejection_count("non_finite") == 1
     assert scale.info()["scale_odometry_received"] == 2
+
+
+# --- camera_height and odometry from TF in StreamScale --------------------------------------
+
+CAM_HEIGHT = 1.2  # metres: the camera's optical centre over the floor (base_footprint)
+PITCH_DOWN = math.radians(25.0)
+IMG_H, IMG_W = 120, 160
+K_MODEL = np.array([[90.0, 0.0, 79.5], [0.0, 90.0, 59.5], [0.0, 0.0, 1.0]])
+
+
+def camera_mount() -> np.ndarray:
+    """base_link -> camera_link: 0.3 m ahead, CAM_HEIGHT up (base_link on the floor), pitched
+    down by PITCH_DOWN (its x axis below the horizontal)."""
+    c, s = math.cos(PITCH_DOWN), math.sin(PITCH_DOWN)
+    T = np.eye(4)
+    T[:3, :3] = [[c, 0.0, s], [0.0, 1.0, 0.0], [-s, 0.0, c]]
+    T[:3, 3] = [LEVER, 0.0, CAM_HEIGHT]
+    return T
+
+
+def floor_depth(T_base_optical: np.ndarray, k: float) -> np.ndarray:
+    """The model's predicted z-depth (model units = metres / k) of a scene seen by the camera
+    at ``T_base_optical``: the floor z = 0 of the base below the horizon, a wall 8 m ahead
+    above it; exact (no noise), so the floor's plane is the floor."""
+    vs, us = np.mgrid[0:IMG_H, 0:IMG_W]
+    rays = np.stack([(us - K_MODEL[0, 2]) / K_MODEL[0, 0], (vs - K_MODEL[1, 2]) / K_MODEL[1, 1],
+                     np.ones(us.shape)], axis=-1)  # optical, z = 1
+    in_base = rays @ T_base_optical[:3, :3].T  # (H, W, 3)
+    origin = T_base_optical[:3, 3]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        to_floor = np.where(in_base[..., 2] < -1e-6, -origin[2] / in_base[..., 2], np.inf)
+        to_wall = np.where(in_base[..., 0] > 1e-6, (8.0 - origin[0]) / in_base[..., 0], np.inf)
+    depth_m = np.minimum(to_floor, to_wall)
+    assert np.isfinite(depth_m).all() and (to_floor < np.inf).mean() > 0.3
+    return (depth_m / k).astype(np.float32)
+
+
+def height_frame(t_ns: int, depth: np.ndarray):
+    return SimpleNamespace(stamp_ns=t_ns, depth=depth, K_model=K_MODEL, c2w=np.eye(4),
+                           depth_conf=np.full(depth.shape, 3.0, np.float32))
+
+
+def robot_tree(with_ground: bool = True):
+    """The robot's static TF: base_footprint -> base_link -> camera_link -> optical."""
+    from lingbot_ros.ros.tf_tree import TransformTree
+    tree = TransformTree()
+    if with_ground:
+        tree.set_transform("base_footprint", "base_link", np.eye(4), 0, static=True)
+    tree.set_transform("base_link", "camera_link", camera_mount(), 0, static=True)
+    tree.set_transform("camera_link", "camera_optical_frame", T_BODY_OPTICAL, 0, static=True)
+    return tree
+
+
+def robot_frames(tree, **config):
+    from lingbot_ros.ros.node_config import NodeConfig
+    from lingbot_ros.ros.robot_frames import RobotFrames
+    frames = RobotFrames(NodeConfig(**config), tree)
+    chain = frames.resolve("camera_optical_frame", 0.0)
+    assert chain is not None
+    return frames, chain
+
+
+@pytest.mark.parametrize("k", [0.5, 3.0])
+def test_camera_height_configured_locks_at_k(k):
+    """scale.camera_height_m: the floor in the predicted points, unprojected with the model's
+    intrinsics, gives k within 1 % (exact here: 1e-6)."""
+    T_bo = camera_mount() @ T_BODY_OPTICAL
+    scale = StreamScale(ScaleConfig(source="camera_height", camera_height_m=CAM_HEIGHT,
+                                    min_samples=3))
+    assert scale.needs_depth
+    depth = floor_depth(T_bo, k)
+    for i in range(3):
+        estimate = scale.on_frame(height_frame(1_000_000_000 + i * 33_000_000, depth), T_bo)
+    assert estimate.state is ScaleState.LOCKED and estimate.source == "camera_height"
+    assert estimate.output_factor == pytest.approx(k, rel=1e-6)
+
+
+def test_camera_height_from_tf_ground_frame_locks_at_k():
+    """No configured height: base_footprint -> camera on the robot's TF gives it (and the
+    ground's up axis)."""
+    k = 0.8
+    frames, chain = robot_frames(robot_tree())
+    np.testing.assert_allclose(frames.ground_to_optical(0), chain.T_base_optical, atol=1e-12)
+    scale = StreamScale(ScaleConfig(source="camera_height", min_samples=2))
+    scale.attach_tf(ground=frames.ground_to_optical)
+    depth = floor_depth(chain.T_base_optical, k)
+    for i in range(2):
+        estimate = scale.on_frame(height_frame(2_000_000_000 + i * 10**8, depth),
+                                  chain.T_base_optical)
+    assert estimate.state is ScaleState.LOCKED
+    assert estimate.output_factor == pytest.approx(k, rel=1e-6)
+
+
+def test_camera_height_without_ground_frame_or_floor_is_counted_never_raised():
+    frames, chain = robot_frames(robot_tree(with_ground=False))
+    cfg = ScaleConfig(source="camera_height", min_samples=2, stale_timeout_s=0.5)
+    scale = StreamScale(cfg)
+    depth = floor_depth(chain.T_base_optical, 1.0)
+    # no TF attached (the node not active): no ground frame to look up
+    assert scale.on_frame(height_frame(1_000_000_000, depth),
+                          chain.T_base_optical).reason == "no_ground_frame"
+    scale.attach_tf(ground=frames.ground_to_optical)
+    estimate = scale.on_frame(height_frame(1_100_000_000, depth), chain.T_base_optical)
+    assert estimate.reason == "no_ground_frame" and estimate.state is ScaleState.UNKNOWN
+    assert estimate.rejection_count("no_ground_frame") == 2
+    info = scale.info()
+    assert "no ground frame 'base_footprint' in TF" in info["scale_last_rejection_detail"]
+    stale = scale.stale_reason(time.monotonic() + 1.0)
+    assert stale.startswith("no_ground_frame (no ground frame 'base_footprint' in TF"), stale
+    # no floor in view (a wall only): no_floor; no predicted depth: no_depth
+    wall = np.full((IMG_H, IMG_W), 4.0, np.float32)
+    configured = StreamScale(ScaleConfig(source="camera_height", camera_height_m=1.0))
+    assert configured.on_frame(height_frame(1, wall), chain.T_base_optical).reason == "no_floor"
+    nan = wall.copy()
+    nan[4, 7] = np.nan  # on the pixel grid (every 3rd pixel from 1)
+    assert configured.on_frame(height_frame(2, nan), chain.T_base_optical).reason == "non_finite"
+    none = SimpleNamespace(stamp_ns=3, depth=None, depth_conf=None, K_model=K_MODEL)
+    assert configured.on_frame(none, chain.T_base_optical).reason == "no_depth"
+    assert configured.estimate.state is ScaleState.UNKNOWN
+
+
+def test_odometry_from_tf_is_looked_up_at_the_image_stamps_even_when_late():
+    """scale.odometry_input tf: odom -> base_link of another node, in the TF tree, looked up
+    at each frame's stamp; a frame newer than TF's odometry is looked up again later."""
+    k = 2.0
+    tree = robot_tree()
+    frames, chain = robot_frames(tree)
+    T_bo = chain.T_base_optical
+    scale = StreamScale(ScaleConfig(source="odometry", min_samples=2, min_baseline_m=0.3,
+                                    odom_min_step_m=0.1))
+    scale.attach_tf(odometry=frames.odom_to_base)
+    stamps = [10_000_000_000 + i * 100_000_000 for i in range(8)]
+
+    def base_pose(i):  # the base drives forward and turns a little (metres)
+        T = rot_z(0.05 * i)
+        T[:3, 3] = [0.15 * i, 0.02 * i * i, 0.0]
+        return T
+
+    def c2w(i):  # the model's: T_bo^-1 T_map_base T_bo, translation / k
+        m = rigid_inverse(T_bo) @ base_pose(i) @ T_bo
+        m[:3, 3] /= k
+        return m
+
+    estimate = None
+    for i, s in enumerate(stamps):
+        # the odometry of frames 3 and 4 comes late: with frame 5's
+        for j in ((3, 4, 5) if i == 5 else () if i in (3, 4) else (i,)):
+            tree.set_transform("odom", "base_link", base_pose(j), stamps[j], static=False)
+        estimate = scale.on_frame(SimpleNamespace(stamp_ns=s, c2w=c2w(i)), T_bo)
+        if i == 4:  # not on TF yet: frames 3 and 4 wait (the fit uses frames 0-2)
+            assert scale.info()["scale_odometry_received"] == 3
+    assert estimate.state is ScaleState.LOCKED
+    assert estimate.output_factor == pytest.approx(k, rel=1e-6)
+    assert scale.info()["scale_odometry_received"] == len(stamps)
+
+
+def test_odometry_from_tf_refuses_the_circular_and_camera_only_configurations():
+    from lingbot_ros.ros.params import build_settings
+    with pytest.raises(ValueError, match="scale.odometry_input.*circular"):
+        build_settings({"scale.source": "odometry", "scale.odometry_input": "tf"})
+    with pytest.raises(ValueError, match="scale.odometry_input.*frames.base"):
+        build_settings({"scale.source": "odometry", "scale.odometry_input": "tf",
+                        "frames.base": "", "tf.publish_odom_to_base": False})
+    no_depth_out = {"publish.depth_rate_hz": 0.0}  # no output reads the depth
+    s = build_settings({"scale.source": "odometry", "scale.odometry_input": "tf",
+                        "tf.publish_odom_to_base": False, **no_depth_out})
+    assert s.node.odometry_input == "tf" and not s.session.return_depth
+    # the camera_height source reads every frame's predicted depth
+    assert build_settings({"scale.source": "camera_height", **no_depth_out}).session.return_depth
+    # irrelevant without the odometry source
+    build_settings({"scale.source": "depth", "scale.odometry_input": "tf"})
+
+
+def test_odometry_from_tf_without_odometry_says_what_tf_lacks():
+    frames, chain = robot_frames(robot_tree())
+    scale = StreamScale(ScaleConfig(source="odometry", stale_timeout_s=0.5))
+    scale.attach_tf(odometry=frames.odom_to_base)
+    estimate = scale.on_frame(SimpleNamespace(stamp_ns=10**9, c2w=np.eye(4)),
+                              chain.T_base_optical)
+    assert estimate.reason == "no_odometry" and estimate.rejection_count("no_odometry") == 1
+    assert "TF: frame 'odom' does not exist" in scale.info()["scale_last_rejection_detail"]
+    assert scale.stale_reason(time.monotonic() + 1.0).startswith("no_odometry (")
+    assert scale.info()["scale_odometry_received"] == 0

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 
 from lingbot_ros.scale import (Rejection, ScaleConfig, ScaleEstimator, ScaleSample,
-                               camera_height_sample, fit_ground_plane)
+                               bench_camera_height_source, camera_height_sample,
+                               depth_grid_points, fit_ground_plane)
 from lingbot_ros.scale.se3 import rigid_inverse
 
 from .synth import mount, pose
@@ -117,3 +118,56 @@ def test_garbage_never_raises(n, dtype, fill, seed):
     pts[::7] = fill
     r = camera_height_sample(0.0, pts, mount(up=1.0), 1.0, CFG)
     assert isinstance(r, (Rejection, ScaleSample))
+
+
+def test_a_small_floor_among_clutter_and_a_wall_is_found():
+    """A floor of a fifth to a half of the points below the camera: enough hypotheses are
+    tried."""
+    for i, height in enumerate((0.5, 1.2, 2.0)):
+        rng = np.random.default_rng(40 + i)
+        T_bo = mount(forward=0.2, up=height, pitch_down_rad=0.3)
+        pts = scene_in_optical(T_bo, height, 3.0, rng, n_floor=1500, n_clutter=6000,
+                               wall=True)
+        s = camera_height_sample(0.0, pts, T_bo, height, CFG)
+        assert isinstance(s, ScaleSample), (height, s)
+        assert s.metres_per_unit == pytest.approx(3.0, rel=0.01)
+
+
+def test_deterministic_and_the_same_from_float32_points():
+    rng = np.random.default_rng(7)
+    T_bo = mount(up=1.65, pitch_down_rad=0.2)
+    pts = scene_in_optical(T_bo, 1.65, 2.0, rng)
+    first = camera_height_sample(0.0, pts, T_bo, 1.65, CFG)
+    assert camera_height_sample(0.0, pts, T_bo, 1.65, CFG) == first
+    s32 = camera_height_sample(0.0, pts.astype(np.float32), T_bo, 1.65, CFG)
+    assert s32.metres_per_unit == pytest.approx(first.metres_per_unit, rel=1e-4)
+
+
+def test_depth_grid_points_unproject_the_grid_through_the_pinhole():
+    K = np.array([[50.0, 0.0, 20.0], [0.0, 40.0, 15.0], [0.0, 0.0, 1.0]])
+    depth = np.random.default_rng(0).uniform(0.5, 4.0, (30, 41)).astype(np.float32)
+    depth[1, 4] = 0.0  # a hole on the grid (every 3rd pixel from 1): dropped
+    conf = np.arange(depth.size, dtype=np.float32).reshape(depth.shape)
+    for d in (depth, depth.astype(np.float64)):
+        points, c = depth_grid_points(d, K, 3, conf)
+        assert points.dtype == d.dtype and points.shape == (10 * 14 - 1, 3)
+        vs, us = np.mgrid[1:30:3, 1:41:3]
+        z = d[1::3, 1::3]
+        keep = z > 0
+        expected = np.stack([(us[keep] - 20.0) / 50.0 * z[keep],
+                             (vs[keep] - 15.0) / 40.0 * z[keep], z[keep]], axis=1)
+        np.testing.assert_allclose(points, expected, rtol=1e-6)
+        np.testing.assert_array_equal(c, conf[1::3, 1::3][keep])
+    nan = depth.copy()
+    nan[4, 7] = np.nan
+    assert depth_grid_points(nan, K, 3).reason == "non_finite"
+    assert depth_grid_points(depth, np.zeros((3, 3)), 3).reason == "non_finite"
+    assert depth_grid_points(depth[..., None, None], K, 3).reason == "wrong_size"
+
+
+def test_the_bench_recovers_its_factor():
+    """The cost benchmark's contract (numbers, not speed: speed is shown by benchmarks)."""
+    out = bench_camera_height_source(frames=5)
+    assert out["model_hw"] == [378, 518] and out["frames"] == 5
+    assert 0 < out["p50_us"] <= out["p99_us"]
+    assert out["metres_per_unit"] == pytest.approx(2.5, rel=0.01)

@@ -128,6 +128,29 @@ def test_buffer_matches_exact_or_nearest_within_max_dt():
     assert isinstance(r, Rejection) and r.reason == "out_of_sync"
 
 
+def test_a_pinned_frame_keeps_its_depth_however_late_its_result_comes():
+    """The node pins a frame's depth when it hands the frame in; its result may come after
+    more depth images than the buffer holds (a slow machine) and still finds it."""
+    rng = np.random.default_rng(5)
+    crop = CROPS["fixed_640x480"]
+    truth = scene_m(crop.input_hw, rng)
+    pred = model_depth(truth, crop, 0.5, rng)
+    mm = np.round(truth * 1000).astype(np.uint16)
+    late, pinned = DepthSource(CFG, capacity=4), DepthSource(CFG, capacity=4)
+    for src in (late, pinned):
+        src.push_depth(0.0, mm, "16UC1")
+    pinned.pin(0.0)
+    pinned.pin(5.0)  # no depth near 5 s yet: nothing pinned, sample looks again
+    for i in range(1, 10):  # 9 newer depth images arrive while the frame is computed
+        for src in (late, pinned):
+            src.push_depth(i / 30, mm, "16UC1")
+    assert late.sample(0.0, pred, None, crop).reason == "out_of_sync"
+    assert pinned.sample(0.0, pred, None, crop).metres_per_unit == pytest.approx(0.5, rel=0.01)
+    assert pinned.sample(0.0, pred, None, crop).reason == "out_of_sync"  # used once
+    pinned.push_depth(5.0, mm, "16UC1")
+    assert pinned.sample(5.0, pred, None, crop).metres_per_unit == pytest.approx(0.5, rel=0.01)
+
+
 def good_frame(rng=np.random.default_rng(0)):
     crop = CROPS["fixed_640x480"]
     truth = scene_m(crop.input_hw, rng)

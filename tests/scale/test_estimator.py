@@ -179,3 +179,120 @@ def test_config_defaults():
     assert cfg.source == "none" and not cfg.metric and cfg.before_lock == "withhold"
     with pytest.raises(AttributeError):
         cfg.source = "depth"  # frozen
+
+
+# --- snapshots: state_dict / load_state_dict -------------------------------------------------
+
+def same(a, b) -> bool:
+    """Two ScaleEstimates bit-identical (NaN equal to NaN)."""
+    def key(e):
+        return tuple(("nan",) if isinstance(v, float) and math.isnan(v) else v
+                     for v in (e.state, e.source, e.metres_per_unit, e.sigma_log, e.samples,
+                               e.segment, e.min_samples, e.reason, e.rejections, e.stamp_s))
+    return key(a) == key(b)
+
+
+def play(est, event):
+    kind, t, value = event
+    if kind == "sample":
+        return est.add(ScaleSample(t, value, est.config.source))
+    if kind == "rejection":
+        return est.add(Rejection(t, value))
+    return est.reset()
+
+
+EVENT = st.one_of(
+    st.tuples(st.just("sample"), st.floats(-0.1, 2.0), st.floats(0.05, 50.0)),
+    st.tuples(st.just("rejection"), st.floats(-0.1, 2.0),
+              st.sampled_from(["all_invalid", "out_of_sync", "stationary", "no_floor"])),
+    st.tuples(st.just("reset"), st.just(0.0), st.just(0.0)))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(["depth", "odometry", "camera_height", "fixed", "none"]),
+       st.lists(EVENT, max_size=60), st.lists(EVENT, min_size=1, max_size=60),
+       st.floats(0.001, 0.5), st.integers(1, 4), st.integers(0, 6))
+def test_property_a_restored_estimator_continues_bit_identically(source, before, after, rate,
+                                                                 min_samples, extra):
+    """Whatever came before (samples, rejections, resets, stamps backwards), an estimator
+    restored from a JSON round trip of ``state_dict`` gives the same estimates and stale
+    reasons as the original on the same following events."""
+    import json
+    cfg = ScaleConfig(source=source, factor=0.7, min_samples=min_samples, lock_spread=0.3,
+                      max_samples=min_samples + extra, max_change_per_s=rate,
+                      stale_timeout_s=1.0)
+    a = ScaleEstimator(cfg, segment=3)
+    t = 0.0
+    timeline = []
+    for kind, dt, value in before + after:
+        t += dt
+        timeline.append((kind, t, value))
+    for event in timeline[:len(before)]:
+        play(a, event)
+    a.stale_reason(t / 2)  # the stale clock's start is part of the state too
+    state = json.loads(json.dumps(a.state_dict(), allow_nan=False))  # strict JSON
+    b = ScaleEstimator(cfg, segment=99)
+    assert same(b.load_state_dict(state), a.estimate)
+    for event in timeline[len(before):]:
+        got, want = play(b, event), play(a, event)
+        assert same(got, want), (got, want)
+        assert b.stale_reason(event[1] + 1.5) == a.stale_reason(event[1] + 1.5)
+    assert b.state_dict() == a.state_dict()
+
+
+def test_locked_stays_locked_at_the_same_value():
+    a = ScaleEstimator(depth_cfg(min_samples=3))
+    feed(a, [2.0, 2.01, 1.99, 2.0])
+    b = ScaleEstimator(depth_cfg(min_samples=3))
+    e = b.load_state_dict(a.state_dict())
+    assert e.locked and e.metres_per_unit == a.estimate.metres_per_unit and e.samples == 4
+    assert e.segment == a.estimate.segment
+
+
+@pytest.mark.parametrize("saved, here, match", [
+    (depth_cfg(), ScaleConfig(source="odometry"),
+     "made with scale.source 'depth', this stream's is 'odometry'"),
+    (depth_cfg(), ScaleConfig(), "this stream's is 'none'"),
+    (ScaleConfig(source="fixed", factor=0.5), ScaleConfig(source="fixed", factor=0.25),
+     r"scale.factor: saved 0.5, here 0.25"),
+    (depth_cfg(min_samples=3), depth_cfg(min_samples=4), r"scale.min_samples: saved 3"),
+    (ScaleConfig(source="camera_height", camera_height_m=1.2),
+     ScaleConfig(source="camera_height", camera_height_m=1.65), "camera_height_m"),
+])
+def test_a_state_of_other_settings_is_refused_and_nothing_changes(saved, here, match):
+    a = ScaleEstimator(saved)
+    if saved.source != "fixed":
+        feed(a, [2.0] * 12, source=saved.source)
+    b = ScaleEstimator(here)
+    if here.source not in ("none", "fixed"):
+        feed(b, [3.0] * 2, source=here.source)
+    before = b.state_dict()
+    with pytest.raises(ValueError, match=match):
+        b.load_state_dict(a.state_dict())
+    with pytest.raises(ValueError, match=match):
+        b.check_state_dict(a.state_dict())
+    assert b.state_dict() == before
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda s: s.update(version=7), "version 7 is unknown"),
+    (lambda s: s.pop("logs"), "malformed"),
+    (lambda s: s.update(state="SURE"), "malformed"),
+    (lambda s: s.update(logs=["nan"]), "all finite"),
+    (lambda s: s.update(logs=[0.1] * 101), "at most 100"),
+    (lambda s: s.update(applied_log="x"), "malformed"),
+    (lambda s: s.update(count=0), "inconsistent"),
+    (lambda s: s.update(applied_log="nan"), "LOCKED without a finite value"),
+    (lambda s: s.update(logs=[]), "without samples"),
+    (lambda s: s.update(rejections={"x": -1}), "inconsistent"),
+    (lambda s: s.update(settings=None), "no settings"),
+])
+def test_a_malformed_state_is_refused(change, match):
+    a = ScaleEstimator(depth_cfg(min_samples=3))
+    feed(a, [2.0] * 4)
+    state = a.state_dict()
+    change(state)
+    b = ScaleEstimator(depth_cfg(min_samples=3))
+    with pytest.raises(ValueError, match=match):
+        b.load_state_dict(state)
+    assert b.estimate.state is ScaleState.UNKNOWN

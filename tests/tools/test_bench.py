@@ -1,5 +1,6 @@
 """lingbot-ros-bench runs (tiny network, CPU, a few frames) and writes its JSON report."""
 import json
+import math
 
 import pytest
 
@@ -11,9 +12,31 @@ def test_bench_reports_latency_fps_memory_cache_and_parity_per_config(tmp_path):
     assert main(["--preset", "tiny", "--device", "cpu", "--frames", "24", "--height", "28",
                  "--width", "28", "--configs", "default,every2:30,eager", "--rollover", "12",
                  "--parity-frames", "12", "--parity-configs", "default,every2,flow",
-                 "--profile", "default,eager", "--out", str(out)]) == 0
+                 "--profile", "default,eager", "--scale-bench-frames", "30",
+                 "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert [r["config"] for r in report["runs"]] == ["default", "every2", "eager"]
+    # the metric-scale estimator's CPU cost per frame at 518x378 (no timing bound here)
+    scale = report["scale_estimator"]
+    assert scale["model_hw"] == [378, 518] and scale["frames"] == 30
+    assert scale["source"] == "depth" and scale["state"] == "LOCKED"
+    for key in ("p50", "p99", "mean"):
+        value = scale["cpu_us_per_frame"][key]
+        assert isinstance(value, float) and math.isfinite(value) and value > 0, scale
+    assert scale["cpu_us_per_frame"]["p50"] <= scale["cpu_us_per_frame"]["p99"]
+    assert scale["budget_p99_us"] == 1000.0
+    assert scale["within_budget"] == (scale["cpu_us_per_frame"]["p99"] <= 1000.0)
+    # every source's figures (the synthetic truth: 2.5 metres per model unit)
+    assert set(scale["by_source"]) == {"depth", "camera_height", "odometry"}
+    for name, entry in scale["by_source"].items():
+        cpu = entry["cpu_us_per_frame"]
+        assert 0 < cpu["p50"] <= cpu["p99"] and math.isfinite(cpu["p99"]), (name, entry)
+        assert entry["within_budget"] == (cpu["p99"] <= 1000.0)
+        assert entry["state"] == "LOCKED", (name, entry)
+        assert entry["metres_per_unit"] == pytest.approx(2.5, rel=0.01), (name, entry)
+    assert scale["by_source"]["depth"]["cpu_us_per_frame"] == scale["cpu_us_per_frame"]
+    assert scale["all_within_budget"] == all(e["within_budget"]
+                                             for e in scale["by_source"].values())
     assert report["command"].startswith("lingbot-ros-bench --preset tiny")
     assert [r["frames"] for r in report["runs"]] == [24, 30, 24]
     for r in report["runs"]:
@@ -65,7 +88,8 @@ def test_settings_table_configs_and_the_flop_count(tmp_path):
     out = tmp_path / "bench.json"
     assert main(["--preset", "tiny", "--device", "cpu", "--configs",
                  "w56_win2_all:20,w56_win4_all:20,w84_win2_every2:20", "--flops",
-                 "--out", str(out)]) == 0
+                 "--scale-bench-frames", "0", "--out", str(out)]) == 0
+    assert "scale_estimator" not in json.loads(out.read_text())  # 0: skipped
     runs = {r["config"]: r for r in json.loads(out.read_text())["runs"]}
     assert runs["w56_win2_all"]["input_hw"] == [42, 56] and runs["w56_win2_all"]["window"] == 2
     g = {k: r["gflops_per_frame"] for k, r in runs.items()}

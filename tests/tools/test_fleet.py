@@ -473,3 +473,40 @@ def test_resume_without_ray_redoes_only_missing_or_changed_units(sequences, loca
     _, log = local_eval(sequences[0], "--policies", "all", "--out", out, *FAST,
                         "--window", "5", "--resume", check_rc=0)
     assert "resume: 0 of 1 units finished and intact, 1 to run" in log, log
+
+
+def test_a_rerun_unit_with_scale_and_ply_resumes_from_its_snapshot(sequences, tmp_path):
+    """--snapshot-every with --scale and --ply (no Ray: the unit's own code): an earlier
+    attempt saved the unit's stream after 9 frames; the rerun continues from there and
+    writes the trajectory (in metres) and the points of one uninterrupted run."""
+    from lingbot_ros.tools.eval_table import parse_args as eval_args
+    from lingbot_ros.tools.fleet import OutputTree, execute_unit, plan_units, run_settings
+    from lingbot_ros.tools.offline import load_model
+    from lingbot_ros.tools.offline import main as offline_main
+
+    extra = ["--scale", "fixed:0.25", "--ply"]
+
+    def unit_run(out, snapshot_every):
+        args = eval_args([str(sequences[0]), "--policies", "every_n", "--out", str(out),
+                          *FAST, *extra, "--snapshot-every", str(snapshot_every)])
+        unit = plan_units([str(sequences[0])], ["room0"], ["every_n"],
+                          args.snapshot_every)[0]
+        return unit, run_settings(args), OutputTree(out), load_model(args)
+
+    unit, settings, tree, model = unit_run(tmp_path / "plain", 0)
+    assert execute_unit(unit, settings, model, tree, "local").status == "ok"
+    want = {name: (tree.unit_dir(unit.key) / name).read_bytes()
+            for name in ("trajectory.tum", "points.ply")}
+    assert b"units: m" in want["trajectory.tum"]
+    unit, settings, tree, model = unit_run(tmp_path / "snap", 3)
+    folder = tree.state / "snapshots" / "room0__every_n"
+    folder.parent.mkdir(parents=True)
+    assert offline_main([str(sequences[0]), "--out", str(tmp_path / "half"), "--max-frames",
+                         "9", "--save-session", str(folder), "--keyframes", "every_n", *FAST,
+                         *extra]) == 0
+    result = execute_unit(unit, settings, model, tree, "local")
+    assert result.status == "ok", result.error
+    assert result.summary["snapshot"]["frames_skipped"] == 9
+    for name, data in want.items():
+        assert (tree.unit_dir(unit.key) / name).read_bytes() == data, name
+    assert not folder.exists()  # the unit is done: its snapshot is gone

@@ -1,5 +1,5 @@
 """lingbot-ros-offline --save-session / --resume: a recording in two runs gives the
-trajectory of one."""
+trajectory of one, and with --scale / --ply the scale, the points and every file of one."""
 import json
 
 import pytest
@@ -48,7 +48,7 @@ def test_resume_refuses_another_setting_or_recording(tmp_path, bag, caplog):
     assert "another recording" in caplog.text
     assert main([str(bag), "--out", str(tmp_path / "d"), "--resume", str(snap), "--ply",
                  *FAST]) == 2
-    assert "--ply is not supported" in caplog.text
+    assert "holds no point map (saved without --ply)" in caplog.text
 
 
 def test_a_rerun_fleet_unit_resumes_from_its_last_snapshot(tmp_path, bag):
@@ -77,3 +77,58 @@ def test_a_rerun_fleet_unit_resumes_from_its_last_snapshot(tmp_path, bag):
     assert result.summary["snapshot"]["frames_skipped"] == 9
     assert (tree.unit_dir(unit.key) / "trajectory.tum").read_bytes() == want
     assert not folder.exists()  # the unit is done: its snapshot is gone
+
+
+# a tiny model's 56x42 depth against the bag's 16UC1 depth: few pixels, random confidence; a
+# wide lock spread so that the estimate locks early and then refines at the bounded rate
+DEPTH = ["--scale", "depth", "--scale-param", "min_pixels=50", "--scale-param",
+         "depth_min_conf=1.0", "--scale-param", "min_samples=3", "--scale-param",
+         "lock_spread=10", "--scale-param", "max_change_per_s=0.5"]
+PLY = ["--ply", "--ply-stride", "2", "--ply-voxel", "0.0001", "--ply-max-points", "300"]
+
+
+@pytest.mark.parametrize("scale, cut", [(["--scale", "fixed:0.25"], 9), (DEPTH + PLY, 5),
+                                        (DEPTH + PLY, 11)])
+def test_scale_and_points_resume_from_the_snapshot(tmp_path, bag, scale, cut):
+    """Run A straight through; run B saved after ``cut`` frames, then resumed: the same
+    trajectory.tum (its scale header included: the estimate continued), points.ply and scale
+    summary."""
+    whole, first, second, snap = (tmp_path / n for n in ("whole", "first", "second", "snap"))
+    assert main([str(bag), "--out", str(whole), *FAST, *scale]) == 0
+    assert main([str(bag), "--out", str(first), "--max-frames", str(cut), "--save-session",
+                 str(snap), *FAST, *scale]) == 0
+    assert main([str(bag), "--out", str(second), "--resume", str(snap), *FAST, *scale]) == 0
+    a, b, half = summary(whole), summary(second), summary(first)
+    assert b["snapshot"]["frames_skipped"] == cut and b["frames_processed"] == 16
+    assert a["scale"]["locked"], a["scale"]  # the files are in metres
+    if "depth" in scale:  # the snapshot was taken while the estimate still moved
+        assert 0 < half["scale"]["samples"] < a["scale"]["samples"]
+        assert half["scale"]["estimate_metres_per_unit"] != a["scale"]["metres_per_unit"]
+        assert a["point_map"]["coarsenings"] >= 1  # the bound is reached: the map coarsens
+    for key in ("state", "metres_per_unit", "sigma_log", "samples", "segment", "rejections"):
+        assert b["scale"][key] == a["scale"][key], key
+    assert (second / "trajectory.tum").read_bytes() == (whole / "trajectory.tum").read_bytes()
+    if "--ply" in scale:
+        assert (second / "points.ply").read_bytes() == (whole / "points.ply").read_bytes()
+        assert b["point_map"] == a["point_map"]
+
+
+def test_resume_refuses_another_scale_or_ply_setting(tmp_path, bag, caplog):
+    snap = tmp_path / "snap"
+    assert main([str(bag), "--out", str(tmp_path / "a"), "--max-frames", "5",
+                 "--save-session", str(snap), *FAST, *DEPTH, *PLY]) == 0
+    for i, (args, message) in enumerate((
+            (["--scale", "fixed:0.25", *PLY], "made with scale.source 'depth', this stream's "
+             "is 'fixed'"),
+            ([*PLY], "made with scale.source 'depth', this stream's is 'none'"),
+            ([*DEPTH[:-2], *PLY], "scale.max_change_per_s: saved 0.5, here 0.01"),
+            ([*DEPTH, *PLY[:-2], "--ply-max-points", "400"],
+             "other --ply settings (max_points: saved 300, here 400)"),
+            ([*DEPTH, *PLY, "--min-conf", "2"], "min_conf: saved 1.5, here 2.0"))):
+        caplog.clear()
+        assert main([str(bag), "--out", str(tmp_path / f"r{i}"), "--resume", str(snap),
+                     *FAST, *args]) == 2, args
+        assert message in caplog.text, caplog.text
+    # without --ply the snapshot's point map is not needed: the rest resumes
+    assert main([str(bag), "--out", str(tmp_path / "ok"), "--resume", str(snap), *FAST,
+                 *DEPTH]) == 0

@@ -143,11 +143,11 @@ def unit_snapshot_args(unit: WorkUnit, run_args: argparse.Namespace,
                        tree: OutputTree) -> Optional[Path]:
     """Set the offline runner's snapshot options for ``unit``: save every
     ``unit.snapshot_every`` frames to the unit's snapshot folder, and resume from it when
-    an earlier attempt left one. Returns that folder (None without snapshots). A run whose
-    accumulators a snapshot does not hold (``--ply``, ``--scale``) saves none."""
+    an earlier attempt left one. Returns that folder (None without snapshots). The
+    snapshot holds the run's own accumulators too (``--scale``'s estimate, ``--ply``'s point
+    map: lingbot_ros.tools.offline_snapshot), so a resumed unit writes the files of one run."""
     run_args.save_session, run_args.snapshot_every, run_args.resume = None, 0, None
-    scale = getattr(run_args, "scale", "none") or "none"
-    if not unit.snapshot_every or getattr(run_args, "ply", False) or scale != "none":
+    if not unit.snapshot_every:
         return None
     folder = tree.state / "snapshots" / unit.key.replace("/", "__")
     folder.parent.mkdir(parents=True, exist_ok=True)
