@@ -6,7 +6,9 @@ and publishes. State owners (docs/architecture.md): the node owns the lifecycle,
 the session object's lifetime and the pause switch (all changed on the executor thread only);
 the worker owns the queue, the frames in flight and the lock that serialises its frame with a
 reset; ``NodeTelemetry`` owns the counters and last-frame facts (locked; ~/status, the services
-and /diagnostics read its snapshots). ``main()`` lives in ``ros/main.py``.
+and /diagnostics read its snapshots). ``main()`` lives in ``ros/main.py``; configure's heavy
+part in ``ros/session_build.py``; the scale source's inputs in ``ros/scale_inputs.py``; the
+snapshot handlers (resume, save, load, save on shutdown) in ``ros/session_snapshot.py``.
 
 Failures: configure's heavy part (model, session, warm-up) runs on a ``BackgroundJob`` so a
 signal abandons it at once (``ConfigureInterrupted``); an exception in activate is logged
@@ -22,14 +24,12 @@ from typing import Optional
 
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from nav_msgs.msg import Odometry
-from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import qos_profile_sensor_data
 from rclpy.task import Future
-from sensor_msgs.msg import CameraInfo, Image
+from sensor_msgs.msg import CameraInfo
 from std_msgs.msg import Header
 
-from ..session import (StreamingSession, load_session_model, model_origin, read_manifest,
-                       warm_up)
+from ..session import StreamingSession
 from . import params
 from .background_job import BackgroundJob
 from .frame_worker import FrameWorker
@@ -37,11 +37,13 @@ from .image_input import ImageInput
 from .outputs import Outputs
 from .node_config import scale_reads_tf
 from .robot_frames import RobotFrames, tf_tree_mode
+from .scale_inputs import scale_inputs
 from .scale_topic import ScalePublisher
 from .services import Services
-from .session_snapshot import SnapshotError, check_scale, restore_scale, start_save
+from .session_build import build_session
+from .session_snapshot import NodeSnapshots
 from .status import Status
-from .stream_scale import SOURCES_FOR_A_ROBOT, StreamScale, odometry_msg_pose, units_header
+from .stream_scale import StreamScale, units_header
 from .telemetry import NodeTelemetry
 from .tf_listener import TfListener
 from .tf_tree import TransformTree
@@ -53,25 +55,6 @@ CONFIGURE_POLL_S = 0.05  # how often a configure checks for SIGINT/SIGTERM
 class ConfigureInterrupted(BaseException):
     """SIGINT/SIGTERM during a configure: raised through rclpy's transition code (as a
     KeyboardInterrupt is) to ``main()``, which exits 0 without waiting for the model load."""
-
-
-def _build_session(settings: params.Settings) -> tuple[StreamingSession, bool, Optional[dict]]:
-    """Configure's heavy part: the model (checkpoint or random), the session, the warm-up."""
-    model, random_weights = load_session_model(
-        settings.session, settings.preset, settings.checkpoint or None, settings.precision,
-        camera_head_precision=settings.camera_head_precision,
-        depth_head_precision=settings.depth_head_precision,
-        mlp_precision=settings.mlp_precision,
-        trust_pickle=settings.trust_pickle)
-    session = StreamingSession(model, settings.session)
-    if settings.warmup:
-        warm_up(session)
-    # session.resume_from: a snapshot that cannot be restored fails the configure (with the
-    # reason), never a fresh map in its place
-    resumed = session.restore(settings.resume_from) if settings.resume_from else None
-    if settings.save_on_shutdown:  # the weights' digest now, not in the shutdown's time
-        model_origin(model)
-    return session, random_weights, resumed
 
 
 class LingbotNode(LifecycleNode):
@@ -99,7 +82,9 @@ class LingbotNode(LifecycleNode):
         self.status: Optional[Status] = None
         self._subs: list = []
         self.configure_job: Optional[BackgroundJob] = None  # the heavy part of a configure
-        self._resume_state: Optional[dict] = None  # a restored snapshot's map and path
+        # resume_from, ~/save_session, ~/load_session, save_on_shutdown; holds a restored
+        # snapshot's map and path until activate
+        self.snapshots = NodeSnapshots(self)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -124,7 +109,7 @@ class LingbotNode(LifecycleNode):
                 f"model.trust_pickle: true: {settings.checkpoint} may be unpickled in full "
                 "(runs code from the file); convert it once: lingbot-ros-convert-checkpoint "
                 f"{settings.checkpoint} {settings.checkpoint}.safetensors")
-        job = BackgroundJob(lambda: _build_session(settings), name="lingbot_configure")
+        job = BackgroundJob(lambda: build_session(settings), name="lingbot_configure")
         self.configure_job = job
         if not job.wait(self.context.ok, CONFIGURE_POLL_S):
             # SIGINT/SIGTERM: no transition can complete on a shut-down context; main() exits
@@ -141,21 +126,14 @@ class LingbotNode(LifecycleNode):
                 f"NO CHECKPOINT: model.preset '{settings.preset}' with RANDOM weights; poses "
                 "are NOT meaningful. Set the 'checkpoint' parameter for real estimates.")
         scale = StreamScale(settings.scale)
-        if resumed is not None:  # the snapshot's scale estimate continues (or is refused)
-            try:
-                _, warning = restore_scale(resumed, scale)
-            except SnapshotError as exc:
-                self.get_logger().error(f"configure failed: {settings.resume_from}: {exc}")
-                return TransitionCallbackReturn.FAILURE
-            if warning:
-                self.get_logger().warning(warning)
+        # the snapshot's scale estimate continues (or is refused: the configure fails)
+        if resumed is not None and not self.snapshots.continue_scale(
+                resumed, scale, settings.resume_from):
+            return TransitionCallbackReturn.FAILURE
         self.settings, self.session = settings, session
         self.scale = scale
-        if resumed is not None:
-            self._resume_state = resumed.get("front_end_state")
-            self.get_logger().info(
-                f"resumed the stream of {settings.resume_from}: "
-                f"{resumed.get('frames_processed', 0)} frames, the same map frame")
+        if resumed is not None:  # its map and path wait for activate
+            self.snapshots.resumed(resumed, settings.resume_from)
         info = session.info()
         self.telemetry.set_session_info(info)
         if not self.context.ok():  # SIGINT/SIGTERM arrived meanwhile: main() exits cleanly
@@ -205,9 +183,7 @@ class LingbotNode(LifecycleNode):
         scale = self.scale
         self.scale_topic = ScalePublisher(self, cfg.map_frame, lambda: scale.estimate,
                                           stamp_ns=scale.stamp_ns)
-        if self._resume_state is not None:  # a restored snapshot's map and path
-            self.outputs.load_node_state(self._resume_state)
-            self._resume_state = None
+        self.snapshots.load_pending(self.outputs)  # a restored snapshot's map and path
         self.status = Status(self)
         self.worker = FrameWorker(
             self.session, self.outputs, self.status, self.telemetry,
@@ -217,62 +193,8 @@ class LingbotNode(LifecycleNode):
         self.image_input = ImageInput(self, cfg, self._on_image)  # its QoS fits the camera
         self._subs = [self.create_subscription(CameraInfo, cfg.camera_info_topic,
                                                self._on_camera_info, qos_profile_sensor_data)]
-        self._subs += self._scale_inputs()
+        self._subs += scale_inputs(self)
         self.worker.start()
-
-    def _scale_inputs(self) -> list:
-        """The scale source's subscriptions (``aligned_depth``, ``odom_in``: relative, remap
-        them) and TF lookups (the camera's height over ``frames.ground``; another node's
-        odom -> base with ``scale.odometry_input: tf``); the warning of a robot whose
-        outputs stay in model units."""
-        cfg, source = self.settings.node, self.settings.scale.source
-        scale, frames = self.scale, self.robot_frames
-        from_tf = scale_reads_tf(cfg, self.settings.scale)
-        scale.attach_tf(
-            ground=frames.ground_to_optical if from_tf and source == "camera_height" else None,
-            odometry=frames.odom_to_base if from_tf and source == "odometry" else None)
-        if source == "none":
-            if not cfg.camera_only:
-                self.get_logger().warning(
-                    f"scale.source is none: every distance ({cfg.base_frame} in "
-                    f"{cfg.map_frame}, odometry, TF, depth, points) is in the model's units, "
-                    "NOT metres (Nav2, robot_localization, nvblox assume metres). Sources that "
-                    "fit a robot: " + "; ".join(SOURCES_FOR_A_ROBOT) + " (docs/node.md, Scale)")
-            return []
-        self.get_logger().info(
-            f"scale.source {source}: outputs in metres once the scale locks"
-            + (" (until then TF, odometry, pose and depth are withheld)"
-               if self.settings.scale.before_lock == "withhold" else
-               " (until then in model units: scale.before_lock publish_model_units)"))
-        # reliable only when the image input is (a reliable reader misses best-effort cameras)
-        qos = QoSProfile(depth=16, reliability=ReliabilityPolicy.RELIABLE
-                         if cfg.image_qos == "reliable" else ReliabilityPolicy.BEST_EFFORT)
-        if source == "depth":
-            return [self.create_subscription(Image, "aligned_depth", self._on_depth, qos)]
-        if source == "odometry" and from_tf:
-            self.get_logger().info(
-                f"scale.source odometry: {cfg.odom_frame} -> {cfg.base_frame} of another node "
-                "from TF, looked up at each image stamp")
-        elif source == "odometry":
-            return [self.create_subscription(Odometry, "odom_in", self._on_odometry,
-                                             QoSProfile(depth=100, reliability=qos.reliability))]
-        elif source == "camera_height":
-            height = self.settings.scale.camera_height_m
-            self.get_logger().info(
-                "scale.source camera_height: the floor in the predicted depth, the camera "
-                + (f"{height:g} m over it (scale.camera_height_m)" if height is not None else
-                   f"height over {cfg.ground_frame} from TF (frames.ground)"))
-        return []
-
-    def _on_depth(self, msg) -> None:
-        scale = self.scale
-        if scale is not None:
-            scale.push_depth(msg)
-
-    def _on_odometry(self, msg) -> None:
-        scale = self.scale
-        if scale is not None:
-            scale.push_odometry(*odometry_msg_pose(msg))
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Stop intake; queued frames are dropped and counted; the session keeps its state."""
@@ -306,7 +228,7 @@ class LingbotNode(LifecycleNode):
     def on_shutdown(self, state: Optional[LifecycleState]) -> TransitionCallbackReturn:
         """Stop and free everything (with ``session.save_on_shutdown``, the stream is saved
         first); the process then exits (``finished``)."""
-        self._save_on_shutdown()
+        self.snapshots.save_on_shutdown()
         self._stop_io()
         self._release()
         self._configured = False
@@ -336,7 +258,10 @@ class LingbotNode(LifecycleNode):
             self.image_input.destroy()
             self.image_input = None
         for sub in self._subs:
-            self.destroy_subscription(sub)
+            if isinstance(sub, ImageInput):  # the aligned depth input: its own timer
+                sub.destroy()
+            else:
+                self.destroy_subscription(sub)
         self._subs = []
         if self.worker is not None:
             self.worker.stop()  # the frame in flight is published first
@@ -377,6 +302,7 @@ class LingbotNode(LifecycleNode):
             self._service_handles = None
         self.session = None
         self.scale = None
+        self.snapshots.discard_pending()
         self.telemetry.set_session_info(None)
         gc.unfreeze()  # what gc_freeze kept out of the sweeps can be freed again
         gc.collect()
@@ -405,58 +331,14 @@ class LingbotNode(LifecycleNode):
     def _on_camera_info(self, msg: CameraInfo) -> None:
         self.camera_info = msg
 
-    # -- snapshots ---------------------------------------------------------------------------
-    def _save_on_shutdown(self) -> None:
-        """``session.save_on_shutdown``: the worker stops (the frame in flight published),
-        then the stream, map and path are written (once; a failure is logged)."""
-        settings, session = self.settings, self.session
-        if settings is None or session is None or not settings.save_on_shutdown:
-            return
-        if self.worker is not None:
-            self.worker.stop()
-        try:
-            if session.in_flight:  # the worker stopped mid-frame: finish it into the stream
-                session.collect()
-            state = self.outputs.node_state() if self.outputs is not None else None
-            ok, message, _, _ = start_save(session, settings.save_on_shutdown, state,
-                                           scale=self.scale).wait()
-        except Exception as exc:  # noqa: BLE001 -- shutting down anyway: say why
-            ok, message = False, f"{type(exc).__name__}: {exc}"
-        log = self.get_logger()
-        (log.info if ok else log.error)(f"session.save_on_shutdown: {message}")
-
+    # -- snapshots (ros/session_snapshot.py) -----------------------------------------------
     def save_session(self, path) -> tuple[bool, str, int, int]:
         """~/save_session: (success, message, bytes, frames)."""
-        session, worker, outputs = self.session, self.worker, self.outputs
-        try:
-            if worker is not None:
-                job = worker.save_session(path, outputs.node_state if outputs else None)
-            else:  # inactive: nothing in flight (published on stopping)
-                job = start_save(session, path, scale=self.scale)
-        except SnapshotError as exc:
-            return False, str(exc), 0, 0
-        return job.wait()
+        return self.snapshots.save(path)
 
     def load_session(self, path) -> tuple[bool, str, int]:
         """~/load_session: (success, message, frames)."""
-        session, worker, outputs = self.session, self.worker, self.outputs
-        try:
-            if worker is not None:
-                manifest = worker.load_session(path, outputs.load_node_state if outputs
-                                               else None)
-            else:  # inactive: the map and path are loaded when it activates
-                check_scale(read_manifest(path), self.scale)  # before the stream changes
-                manifest = session.restore(path)
-                if self.scale is not None:  # the snapshot's estimate continues
-                    _, warning = restore_scale(manifest, self.scale)
-                    if warning:
-                        self.get_logger().warning(warning)
-                self._resume_state = manifest.get("front_end_state")
-                self.telemetry.stream_reset(session.info())
-        except SnapshotError as exc:
-            return False, f"not loaded (the stream is unchanged): {exc}", 0
-        frames = int(manifest.get("frames_processed", 0))
-        return True, f"loaded {path}: {frames} frames; the stream continues from it", frames
+        return self.snapshots.load(path)
 
     # -- services' side ----------------------------------------------------------------------
     def outputs_info(self) -> dict:

@@ -14,6 +14,11 @@ On restore the scale estimate continues (LOCKED stays LOCKED at the same metres 
 (or other estimate settings) *before* the stream is touched; ``restore_scale`` then loads it.
 A snapshot without an estimate (saved by an older build) restarts the estimate, with a
 warning.
+
+``NodeSnapshots`` holds the node's handlers (the node delegates to it): it reads the node's
+session, worker, outputs and scale as they are at each call, and owns a restored snapshot's
+map and path while the node is inactive (``resume_from``, ~/load_session while inactive);
+the outputs load them at activate (``load_pending``).
 """
 from __future__ import annotations
 
@@ -23,10 +28,10 @@ from typing import Optional
 
 import numpy as np
 
-from ..session import SnapshotError, write_snapshot
+from ..session import SnapshotError, read_manifest, write_snapshot
 
 __all__ = ["SnapshotJob", "start_save", "node_state", "load_node_state", "SnapshotError",
-           "scale_state", "check_scale", "restore_scale"]
+           "scale_state", "check_scale", "restore_scale", "NodeSnapshots"]
 
 SCALE_KEY = "scale"  # front_end_state[SCALE_KEY]: StreamScale.state_dict()
 
@@ -130,3 +135,102 @@ def restore_scale(manifest: Optional[dict], scale):
         return scale.load_state_dict(state), None
     except ValueError as exc:
         raise SnapshotError(str(exc)) from None
+
+
+class NodeSnapshots:
+    """The lifecycle node's snapshot handlers: ``session.resume_from`` at configure,
+    ~/save_session, ~/load_session, ``session.save_on_shutdown``. Called on the executor
+    thread; while active the worker takes or restores the snapshot between two frames."""
+
+    def __init__(self, node) -> None:
+        self._node = node
+        self._pending: Optional[dict] = None  # a restored snapshot's map and path
+
+    # -- configure (session.resume_from) ------------------------------------------------------
+    def continue_scale(self, resumed: dict, scale, path) -> bool:
+        """The restored snapshot's scale estimate continues in ``scale``; False (logged at
+        ERROR) when it is refused: the configure fails."""
+        log = self._node.get_logger()
+        try:
+            _, warning = restore_scale(resumed, scale)
+        except SnapshotError as exc:
+            log.error(f"configure failed: {path}: {exc}")
+            return False
+        if warning:
+            log.warning(warning)
+        return True
+
+    def resumed(self, resumed: dict, path) -> None:
+        """The configure restored ``resumed``: its map and path wait for activate."""
+        self._pending = resumed.get("front_end_state")
+        self._node.get_logger().info(
+            f"resumed the stream of {path}: "
+            f"{resumed.get('frames_processed', 0)} frames, the same map frame")
+
+    def load_pending(self, outputs) -> None:
+        """Activate: a restored snapshot's map and path into the new ``outputs`` (once)."""
+        if self._pending is not None:
+            outputs.load_node_state(self._pending)
+            self._pending = None
+
+    def discard_pending(self) -> None:
+        """The session is released (cleanup, a failed configure): a restored snapshot's map
+        and path go with the stream they belong to."""
+        self._pending = None
+
+    # -- shutdown (session.save_on_shutdown) --------------------------------------------------
+    def save_on_shutdown(self) -> None:
+        """``session.save_on_shutdown``: the worker stops (the frame in flight published),
+        then the stream, map and path are written (once; a failure is logged)."""
+        node = self._node
+        settings, session = node.settings, node.session
+        if settings is None or session is None or not settings.save_on_shutdown:
+            return
+        if node.worker is not None:
+            node.worker.stop()
+        try:
+            if session.in_flight:  # the worker stopped mid-frame: finish it into the stream
+                session.collect()
+            state = node.outputs.node_state() if node.outputs is not None else None
+            ok, message, _, _ = start_save(session, settings.save_on_shutdown, state,
+                                           scale=node.scale).wait()
+        except Exception as exc:  # noqa: BLE001 -- shutting down anyway: say why
+            ok, message = False, f"{type(exc).__name__}: {exc}"
+        log = node.get_logger()
+        (log.info if ok else log.error)(f"session.save_on_shutdown: {message}")
+
+    # -- services -----------------------------------------------------------------------------
+    def save(self, path) -> tuple[bool, str, int, int]:
+        """~/save_session: (success, message, bytes, frames)."""
+        node = self._node
+        session, worker, outputs = node.session, node.worker, node.outputs
+        try:
+            if worker is not None:
+                job = worker.save_session(path, outputs.node_state if outputs else None)
+            else:  # inactive: nothing in flight (published on stopping)
+                job = start_save(session, path, scale=node.scale)
+        except SnapshotError as exc:
+            return False, str(exc), 0, 0
+        return job.wait()
+
+    def load(self, path) -> tuple[bool, str, int]:
+        """~/load_session: (success, message, frames)."""
+        node = self._node
+        session, worker, outputs = node.session, node.worker, node.outputs
+        try:
+            if worker is not None:
+                manifest = worker.load_session(path, outputs.load_node_state if outputs
+                                               else None)
+            else:  # inactive: the map and path are loaded when it activates
+                check_scale(read_manifest(path), node.scale)  # before the stream changes
+                manifest = session.restore(path)
+                if node.scale is not None:  # the snapshot's estimate continues
+                    _, warning = restore_scale(manifest, node.scale)
+                    if warning:
+                        node.get_logger().warning(warning)
+                self._pending = manifest.get("front_end_state")
+                node.telemetry.stream_reset(session.info())
+        except SnapshotError as exc:
+            return False, f"not loaded (the stream is unchanged): {exc}", 0
+        frames = int(manifest.get("frames_processed", 0))
+        return True, f"loaded {path}: {frames} frames; the stream continues from it", frames

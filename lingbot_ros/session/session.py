@@ -34,7 +34,9 @@ The concepts around the pipeline have their own owners: ``InputPolicy`` (stamps 
 accept, reject or restart), ``Segments`` (the world alignment and the rollovers of unbounded
 streams), ``results`` (the pure functions that build a ``FrameResult``). This module keeps
 the pipeline: one in-flight step (``_Flight``), closed in ``_close_flight`` and reported in
-``_report``, whose results change the session in one place (``_publish``).
+``_report``, whose results change the session in one place (``_publish``). Beside it:
+``FrameUpload`` (the image onto the device, beside the step in flight), ``session_state``
+(the stream as plain data for snapshots, and back), ``BenchTiming`` (the benchmark's timers).
 """
 from __future__ import annotations
 
@@ -50,17 +52,18 @@ from ..cache import StepKind
 from ..config import SessionConfig
 from ..geometry import Trajectory
 from ..model import StepOutputs
-from ..preprocess import CropInfo, preprocess
+from .frame_upload import FrameUpload
 from .input_policy import InputPolicy, SessionEvent
 from .keyframes import make_policy
 from .readback import HostReadback
 from .results import Frame, frame_result, host_tensors
 from .segments import Rollover, Segments
-from .snapshot import (SnapshotData, SnapshotError, check_compatible, read_snapshot,
-                       snapshot_data, write_snapshot)
-from .stats import HostLaps, LatencyWindow
+from .session_state import load_session_state, restore_snapshot, session_state
+from .snapshot import SnapshotData, SnapshotError, snapshot_data, write_snapshot
+from .stats import LatencyWindow
 from .step_txn import StepTxn
 from .stream_runner import StreamRunner, check_runnable, fast_path_of
+from .timing import BenchTiming
 from .types import FrameFailed, FrameRejected, FrameResult
 
 __all__ = ["StreamingSession", "Outcome", "Rollover", "SessionEvent"]
@@ -115,13 +118,13 @@ class StreamingSession:
         self._next_index = 0  # frames taken since the stream (re)started
         self._next_ticket = 0  # never reset: a ticket names one handed-in frame for good
         self._latency = LatencyWindow()
-        self._laps = HostLaps()  # host time per phase of a step, when timed (benchmarks)
+        self._timing = BenchTiming()  # the benchmark's timers
+        self._laps = self._timing.laps  # host time per phase of a step, when timed
         self._events: deque[SessionEvent] = deque(maxlen=100)
         self._restarts: Counter = Counter()  # by kind; survives restarts, cleared by reset()
         self._counts: Counter = Counter()
         # Uploads and preprocessing of the next frame run beside the current step's replay.
-        self._upload_stream = (torch.cuda.Stream(self.device) if self.device.type == "cuda"
-                               else None)
+        self._upload = FrameUpload(config)
         self.reset()
 
     # -- public API ------------------------------------------------------------------------
@@ -169,7 +172,7 @@ class StreamingSession:
         self._laps.mark()
         try:
             stamp_ns, restart = self._input.check_stamp(stamp_ns)
-            tensor, crop = self._preprocess(image, encoding)
+            tensor, crop = self._upload(image, encoding)
             if restart is None:  # a stamp restart unlocks the size: any size starts the stream
                 restart = self._input.check_size(crop.output_hw)
         except FrameRejected as exc:
@@ -275,32 +278,24 @@ class StreamingSession:
             **stream,
         }
 
+    # -- the benchmark's timers (``BenchTiming``) ------------------------------------------
     def time_replays(self, enabled: bool = True) -> None:
         """Record the GPU time of each CUDA-graph replay (``replay_ms``): a benchmark's
         measure of the step's GPU time, to compare with the wall time per frame."""
-        if self._runner is not None and self._runner.graph is not None:
-            self._runner.graph.time_replays = enabled
+        self._timing.time_replays(self._runner, enabled)
 
     def replay_ms(self) -> list[float]:
         """GPU milliseconds of each replay timed since the last call ([] without graphs)."""
-        if self._runner is None or self._runner.graph is None:
-            return []
-        return self._runner.graph.replay_ms()
+        return self._timing.replay_ms(self._runner)
 
     def time_host(self, enabled: bool = True) -> None:
-        """Record the host time of each phase of a step (``host_ms``): what the GPU waits
-        for between two replays is ``close`` + ``begin`` + ``load`` + ``plan`` + ``launch``
-        (after ``wait``; ``plan`` is ~0 when the step was planned ahead); the rest overlaps
-        a replay when pipelined."""
-        self._laps.enabled = enabled
+        """Record the host time of each phase of a step (``host_ms``; the phases:
+        ``BenchTiming``)."""
+        self._timing.time_host(enabled)
 
     def host_ms(self) -> dict[str, list[float]]:
-        """Milliseconds per phase (``time_host``) since the last call, one entry per step:
-        checks_preprocess, wait (for the frame before), close (its check, decision and
-        commit), begin, load, plan, launch, copy_outputs (graphs; eager: plan, model),
-        readback_start, report (the frame before's result), plan_ahead (the next step's
-        plan, made while this one runs)."""
-        return self._laps.take()
+        """Milliseconds per phase (``time_host``) since the last call, one entry per step."""
+        return self._timing.host_ms()
 
     def fast_path(self) -> str:
         """``cuda_graph`` when streaming steps are graph replays, else why they are eager."""
@@ -322,79 +317,35 @@ class StreamingSession:
         if self._ready:
             raise SnapshotError(f"{len(self._ready)} outcome(s) not yet collected: collect() "
                                 "them first (a snapshot is taken between frames)")
-        stamps, poses = self.trajectory.snapshot()
-        runner = None
-        if self._runner is not None:
-            state, tensors = self._runner.state_dict()
-            runner = {"state": state, "tensors": tensors}
-        return {
-            "model_hw": None if self._model_hw is None else list(self._model_hw),
-            "next_index": self._next_index, "next_ticket": self._next_ticket,
-            "counts": dict(self._counts), "restarts": dict(self._restarts),
-            "events": [{"kind": e.kind, "message": e.message} for e in self._events],
-            "latency": self._latency.state_dict(),
-            "input": self._input.state_dict(),
-            "policy": self._policy.state_dict(),
-            "segments": self._segments.state_dict(),
-            "trajectory": {"stamps_ns": stamps, "poses": poses},
-            "anchors": [{"image": f.image.detach().cpu().clone(), "stamp_ns": f.stamp_ns,
-                         "crop": {"input_hw": list(f.crop.input_hw),
-                                  "resized_hw": list(f.crop.resized_hw),
-                                  "crop_xy": list(f.crop.crop_xy),
-                                  "output_hw": list(f.crop.output_hw)},
-                         "index": f.index, "ticket": f.ticket} for f in self._anchors],
-            "runner": runner,
-        }
+        return session_state(
+            model_hw=self._model_hw, next_index=self._next_index, next_ticket=self._next_ticket,
+            counts=self._counts, restarts=self._restarts, events=self._events,
+            latency=self._latency, inputs=self._input, policy=self._policy,
+            segments=self._segments, trajectory=self.trajectory, anchors=self._anchors,
+            runner=self._runner)
 
     def load_state_dict(self, state: dict) -> None:
         """Continue the stream of ``state_dict``'s output (of a session of the same model and
         configuration; its pages go to a fresh pool). Everything is built and checked first;
         only then is the current stream replaced (on any error it is untouched). A frame in
         flight and outcomes not collected are dropped."""
-        dev = self.device
-        hw = None if state["model_hw"] is None else tuple(int(x) for x in state["model_hw"])
-        inputs = InputPolicy(self.config)
-        inputs.load_state_dict(state["input"])
-        inputs.exempt_next_gap()  # the downtime before a restore is no scene change
-        policy = make_policy(self.config.keyframes)
-        policy.load_state_dict(state["policy"], dev)
-        segments = Segments(self.config)
-        segments.load_state_dict(state["segments"], dev)
-        latency = LatencyWindow()
-        latency.load_state_dict(state["latency"])
-        trajectory = Trajectory()  # validates stamps and poses before anything is replaced
-        traj = state["trajectory"]
-        for stamp, pose in zip(np.asarray(traj["stamps_ns"]), np.asarray(traj["poses"])):
-            trajectory.append(int(stamp), pose)
-        now = time.perf_counter()
-        anchors = [Frame(torch.as_tensor(a["image"]).to(dev), int(a["stamp_ns"]),
-                         CropInfo(*(tuple(int(x) for x in a["crop"][k]) for k in
-                                    ("input_hw", "resized_hw", "crop_xy", "output_hw"))),
-                         int(a["index"]), int(a["ticket"]), now) for a in state["anchors"]]
-        runner = None
-        if state["runner"] is not None:
-            if hw is None:
-                raise SnapshotError("the state has caches but no model input size")
-            runner = StreamRunner(self.model, self.config, hw, laps=self._laps)
-            runner.load_state_dict(state["runner"]["state"], state["runner"]["tensors"])
-        events = [SessionEvent(e["kind"], e["message"]) for e in state["events"]]
+        loaded = load_session_state(state, self.model, self.config, self._laps)
         # -- swap (nothing below can fail) --
         if self._take_flight() is not None:
             self._readback.discard()
         self._ready = []
-        self._runner, self._model_hw = runner, hw
-        self._input, self._policy, self._segments = inputs, policy, segments
-        self._latency = latency
+        self._runner, self._model_hw = loaded.runner, loaded.model_hw
+        self._input, self._policy = loaded.inputs, loaded.policy
+        self._segments, self._latency = loaded.segments, loaded.latency
         self.trajectory.reset()
-        for stamp, pose in zip(*trajectory.snapshot()):
+        for stamp, pose in zip(*loaded.trajectory.snapshot()):
             self.trajectory.append(int(stamp), pose)
-        self._anchors = anchors
-        self._next_index = int(state["next_index"])
-        self._next_ticket = max(self._next_ticket, int(state["next_ticket"]))
-        self._counts = Counter({k: int(v) for k, v in state["counts"].items()})
-        self._restarts = Counter({k: int(v) for k, v in state["restarts"].items()})
+        self._anchors = loaded.anchors
+        self._next_index = loaded.next_index
+        self._next_ticket = max(self._next_ticket, loaded.next_ticket)
+        self._counts, self._restarts = loaded.counts, loaded.restarts
         self._events.clear()
-        self._events.extend(events)
+        self._events.extend(loaded.events)
 
     def snapshot_state(self, extra: Optional[dict] = None,
                        front_end_state: Optional[dict] = None) -> SnapshotData:
@@ -419,20 +370,7 @@ class StreamingSession:
         (and the current stream untouched) when the snapshot is unreadable, corrupted
         (digest, size, missing file), of an unknown version, or made with other weights,
         another model or stream configuration, input size or precision."""
-        try:
-            manifest, state = read_snapshot(path)
-            check_compatible(manifest, self.model, self.config)
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise SnapshotError(f"{path}: the manifest is malformed ({type(exc).__name__}: "
-                                f"{exc})") from exc
-        try:
-            self.load_state_dict(state)
-        except SnapshotError:
-            raise
-        except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as exc:
-            raise SnapshotError(f"{path}: the snapshot's state does not load: "
-                                f"{type(exc).__name__}: {exc}") from exc
-        return manifest
+        return restore_snapshot(path, self.model, self.config, self.load_state_dict)
 
     # -- the stream ------------------------------------------------------------------------
     def _take(self, image: torch.Tensor, stamp_ns: int, crop, t0: float,
@@ -475,22 +413,6 @@ class StreamingSession:
         """The one place the in-flight step is let go (to close it, or on a reset)."""
         flight, self._flight = self._flight, None
         return flight
-
-    def _preprocess(self, image, encoding: str):
-        try:
-            if self._upload_stream is None:
-                return preprocess(image, encoding, self.config.preprocess, device=self.device)
-            # Beside the step in flight: the upload (pinned, asynchronous) and the resize
-            # do not wait for its replay; the step's stream waits for them instead.
-            main = torch.cuda.current_stream(self.device)
-            with torch.cuda.stream(self._upload_stream):
-                tensor, crop = preprocess(image, encoding, self.config.preprocess,
-                                          device=self.device)
-            main.wait_stream(self._upload_stream)
-            tensor.record_stream(main)  # made on the side stream, used (and kept) on main
-            return tensor, crop
-        except ValueError as exc:
-            raise FrameRejected("bad_image", f"image refused: {exc}") from exc
 
     def _allocate(self, hw: tuple[int, int]) -> None:
         self._runner = None  # free the old size's GPU memory before allocating the new one

@@ -38,119 +38,20 @@ import sys
 import time
 from dataclasses import replace
 
-import numpy as np
 import torch
 
 from ..attention import BACKENDS
-from ..config import FLASHINFER_VARIANTS, KeyframeConfig, PreprocessConfig, SessionConfig
-from ..model.presets import preset_config, random_model
+from ..config import FLASHINFER_VARIANTS, KeyframeConfig, SessionConfig
 from ..session import FrameResult, StreamingSession, warm_up
+from .bench_parity import run_parity
 from .bench_profile import profile_stages, stage_split
 from .bench_scale import run_scale_bench, scale_line
+from .bench_setup import (CONFIGS, SETTINGS_WIDTHS, SETTINGS_WINDOWS, bench_images, bench_model,
+                          height_for, overrides_of, percentile, precisions_of, session_config,
+                          settings_config, settings_configs)
 
-CONFIGS = {  # name -> overrides of the default setup
-    "default": {},
-    "eager": {"cuda_graphs": False},
-    "iter1": {"iterations": 1},
-    "every2": {"keyframes": KeyframeConfig(policy="every_n", n=2)},
-    # every frame speculative, kept when the camera-motion flow passes 10 px (or 30 frames)
-    "flow": {"keyframes": KeyframeConfig(policy="flow", flow_threshold=10.0, max_gap=30)},
-    # flow with threshold 0: every frame speculative and then kept (fills the window fast)
-    "flow0": {"keyframes": KeyframeConfig(policy="flow", flow_threshold=0.0, max_gap=30)},
-    "nodepth": {"with_depth": False},
-    "518x378": {"hw": (378, 518)},
-    "split1": {"kv_splits": 1},  # flashinfer split-KV off / other part counts
-    "split8": {"kv_splits": 8},
-    "unfused": {"fused_kernels": "off"},  # q/k norm + RoPE as separate torch ops
-    # one change of the speed issue taken back at a time (same run as default)
-    "push": {"pipeline": False},  # a synchronous push per frame: host work not hidden
-    "cam_bf16": {"camera_head_precision": "bf16"},  # camera head in bf16 (not the default)
-    # the 40 FPS candidates of the GPU issue, each alone (not the default)
-    "depth_bf16": {"depth_head_precision": "bf16"},  # DPT depth head in bf16
-    "fp8_mlp": {"mlp_precision": "fp8"},  # aggregator MLP GEMMs in float8 e4m3
-    "depth_bf16_fp8_mlp": {"depth_head_precision": "bf16", "mlp_precision": "fp8"},
-    "no_add_norm": {"fused_kernels_off": ("add_norm",)},  # residual + LayerNorm as two ops
-    "no_kv_write": {"fused_kernels_off": ("kv_write",)},  # q.repeat + two index_copy_
-    "no_split_merge": {"fused_kernels_off": ("split_merge",)},  # pairwise merge_state
-}
-SETTINGS_WIDTHS = (518, 392, 294, 224)  # the "pick your settings" table: widths x windows x
-SETTINGS_WINDOWS = (64, 32, 16)  # keyframe policies, at aspect 4:3
-SETTINGS_POLICIES = {"all": KeyframeConfig(), "every2": KeyframeConfig(policy="every_n", n=2)}
-
-
-def height_for(width: int, aspect: float = 4 / 3, patch: int = 14) -> int:
-    """The model input height of a ``width`` at ``aspect`` (W/H), on the patch grid."""
-    return max(patch, round(width / aspect / patch) * patch)
-
-
-def settings_config(name: str) -> dict:
-    """Overrides of a sweep config named ``w<W>_win<N>_<all|every2>`` (ValueError else)."""
-    parts = name.split("_")
-    try:
-        width, window, policy = int(parts[0][1:]), int(parts[1][3:]), parts[2]
-        if len(parts) != 3 or parts[0][0] != "w" or not parts[1].startswith("win"):
-            raise ValueError
-        keyframes = SETTINGS_POLICIES[policy]
-    except (ValueError, IndexError, KeyError):
-        raise ValueError(f"not a settings config: {name!r} (w<width>_win<window>_"
-                         f"<{'|'.join(SETTINGS_POLICIES)}>)") from None
-    return {"hw": (height_for(width), width), "window": window, "keyframes": keyframes}
-
-
-def settings_configs() -> list[str]:
-    """Every combination of the settings table, widest and largest window first."""
-    return [f"w{w}_win{n}_{p}" for w in SETTINGS_WIDTHS for n in SETTINGS_WINDOWS
-            for p in SETTINGS_POLICIES]
-
-
-def overrides_of(name: str) -> dict:
-    return CONFIGS[name] if name in CONFIGS else settings_config(name)
-
-
-def _percentile(values, q):
-    return float(np.percentile(np.asarray(values), q)) if values else None
-
-
-_MODELS: dict = {}  # (preset, iterations, device, precisions) -> model: built once per run
-PRECISION_KEYS = (("camera_head_precision", "fp32"), ("depth_head_precision", "fp32"),
-                  ("mlp_precision", "aggregator"))  # GCTModel.prepare's, and their defaults
-
-
-def precisions_of(over: dict) -> tuple[str, str, str]:
-    """A config's (camera head, depth head, MLP) precisions."""
-    return tuple(over.get(key, default) for key, default in PRECISION_KEYS)
-
-
-def _model(args, iterations: int, device: str, precisions: tuple = ("fp32", "fp32",
-                                                                      "aggregator")):
-    key = (args.preset, iterations, device, tuple(precisions))
-    if key not in _MODELS:
-        mcfg = preset_config(args.preset)
-        mcfg = replace(mcfg, camera_head=replace(mcfg.camera_head, num_iterations=iterations))
-        _MODELS.clear()  # one official-size model on the GPU at a time
-        _MODELS[key] = random_model(mcfg, seed=0, device=device).prepare(
-            device, "auto", *precisions)
-    return _MODELS[key]
-
-
-def _session_config(args, over: dict, device: str, **extra) -> SessionConfig:
-    h, w = over.get("hw", (args.height, args.width))
-    fields = dict(
-        num_scale_frames=8, window=over.get("window", 64),
-        rollover_keyframes=args.rollover or None,
-        keyframes=over.get("keyframes", KeyframeConfig()),
-        preprocess=PreprocessConfig(width=w, height=h), with_depth=over.get("with_depth", True),
-        return_depth=False, attention_backend=args.backend, flashinfer_variant=args.variant,
-        cuda_graphs=over.get("cuda_graphs", True), kv_splits=over.get("kv_splits", args.kv_splits),
-        fused_kernels=over.get("fused_kernels", "auto"),
-        fused_kernels_off=over.get("fused_kernels_off", ()), device=device)
-    fields.update(extra)
-    return SessionConfig(**fields)
-
-
-def _images(hw, count: int = 8) -> list[np.ndarray]:
-    rng = np.random.default_rng(0)
-    return [(rng.random(hw + (3,)) * 255).astype(np.uint8) for _ in range(count)]
+__all__ = ["main", "run_config", "steady_frame_gflops", "height_for", "settings_config",
+           "settings_configs"]
 
 
 def steady_frame_gflops(model, cfg: SessionConfig, images) -> float:
@@ -178,10 +79,10 @@ def steady_frame_gflops(model, cfg: SessionConfig, images) -> float:
 
 def run_config(name: str, args, device: str, frames: int) -> dict:
     over = overrides_of(name)
-    cfg = _session_config(args, over, device)
+    cfg = session_config(args, over, device)
     h, w = cfg.preprocess.height, cfg.preprocess.width
-    model = _model(args, over.get("iterations", 4), device, precisions_of(over))
-    images = _images((h, w))
+    model = bench_model(args, over.get("iterations", 4), device, precisions_of(over))
+    images = bench_images((h, w))
     cuda = device.startswith("cuda")
     session = StreamingSession(model, cfg)
     warm_up(session)  # allocation, JIT, graph capture; then reset, as the node does
@@ -238,15 +139,15 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
         "fast_path": info["fast_path"], "graph_captures": info["graph_captures"],
         "steps_planned_ahead": info["steps_planned_ahead"],
         "fused_kernels": info["fused_kernels"],
-        "latency_ms": {"p50": _percentile(streaming, 50), "p90": _percentile(streaming, 90),
-                       "p99": _percentile(streaming, 99), "max": max(streaming)},
+        "latency_ms": {"p50": percentile(streaming, 50), "p90": percentile(streaming, 90),
+                       "p99": percentile(streaming, 99), "max": max(streaming)},
         "scale_phase_ms": times[cfg.num_scale_frames - 1],
         # hand-in to result per frame (pipelined: includes the wait for the frame before)
-        "result_latency_ms": {"p50": _percentile(latencies, 50),
-                              "p99": _percentile(latencies, 99)},
+        "result_latency_ms": {"p50": percentile(latencies, 50),
+                              "p99": percentile(latencies, 99)},
         "frames_failed": failed,
         # GPU time of the step's graph replay (CUDA events), to set against the wall time
-        "gpu_replay_ms": {"p50": _percentile(replay_ms, 50), "p99": _percentile(replay_ms, 99),
+        "gpu_replay_ms": {"p50": percentile(replay_ms, 50), "p99": percentile(replay_ms, 99),
                           "replays": len(replay_ms)} if replay_ms else None,
         "fps_overall": 1e3 * len(streaming) / sum(streaming),
         # the last frame's hand-in, from the start: at least (frames - 1) / rate when paced
@@ -264,9 +165,9 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
     }
     result["last_over_first"] = result["fps_last_10pct"] / result["fps_first_10pct"]
     if replay_ms:  # the host time the GPU waits for, per frame
-        result["wall_minus_gpu_ms_p50"] = result["latency_ms"]["p50"] - _percentile(replay_ms, 50)
+        result["wall_minus_gpu_ms_p50"] = result["latency_ms"]["p50"] - percentile(replay_ms, 50)
     # host time per phase of a step (StreamingSession.host_ms): p50 and p99 over the frames
-    result["host_ms"] = {name: {"p50": _percentile(v, 50), "p99": _percentile(v, 99),
+    result["host_ms"] = {name: {"p50": percentile(v, 50), "p99": percentile(v, 99),
                                 "n": len(v)} for name, v in host_ms.items()}
     result["window"] = cfg.window
     result["scale_frames"] = cfg.num_scale_frames
@@ -279,71 +180,6 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
     if cuda:
         torch.cuda.empty_cache()
     return result
-
-
-_REF_RUNS: dict = {}  # the eager reference run per (keyframes, frames, depth): computed once
-
-
-def run_parity(args, device: str, name: str = "default") -> dict:
-    """Fast path (graphs + FlashInfer + fused kernels, the config's precisions) vs the
-    eager torch_ref path with the reference's float32 heads, on the same frames; with
-    ``--parity-depth``, the depth maps too (relative difference)."""
-    images = _images((args.height, args.width))
-    over = {k: v for k, v in CONFIGS[name].items() if k == "keyframes"}
-    runs = {}
-    for label, precisions, extra in (("fast", precisions_of(CONFIGS[name]), {}), (
-            "eager_torch_ref", precisions_of({}), {"cuda_graphs": False,
-                                                   "attention_backend": "torch_ref",
-                                                   "fused_kernels": "off"})):
-        ref_key = (repr(over), args.parity_frames, args.parity_depth)
-        if label == "eager_torch_ref" and ref_key in _REF_RUNS:  # one per keyframe policy
-            runs[label] = _REF_RUNS[ref_key]
-            continue
-        model = _model(args, 4, device, precisions)  # same seed: the same weights, cast or not
-        cfg = _session_config(args, over, device, return_depth=args.parity_depth, **extra)
-        session = StreamingSession(model, cfg)
-        out = []
-        for i in range(args.parity_frames):
-            out += session.push(images[i % len(images)], 1_000 + i)
-        info = session.info()
-        runs[label] = (np.stack([r.pose_enc for r in out]), [r.keyframe for r in out],
-                       f"{info['fast_path']}, {info['attention']}, fused kernels "
-                       f"{'on' if info['fused_kernels'] else 'off'}, precisions "
-                       f"{model.precisions}",
-                       [r.depth for r in out] if args.parity_depth else None)
-        if label == "eager_torch_ref":
-            _REF_RUNS[ref_key] = runs[label]
-        del session
-        gc.collect()
-    (fast, fast_kf, fast_path, fast_depth), (ref, ref_kf, ref_path, ref_depth) = (
-        runs["fast"], runs["eager_torch_ref"])
-    differs = [i for i, (a, b) in enumerate(zip(fast_kf, ref_kf)) if a != b]
-    upto = differs[0] + 1 if differs else len(fast)  # the first differing frame included
-    diff = np.abs(fast[:upto] - ref[:upto])
-    window_fill = next((i for i, n in enumerate(np.cumsum(ref_kf))
-                        if n >= 8 + 64), None)  # anchors + window, as _session_config sets
-    return {"config": name, "frames": args.parity_frames, "fast_path": fast_path,
-            "reference_path": ref_path, "keyframes": int(sum(ref_kf)),
-            "frames_past_window_fill": (len(ref_kf) - window_fill - 1
-                                        if window_fill is not None else 0),
-            "keyframe_decisions_agree": not differs,
-            "first_differing_decision": differs[0] if differs else None,
-            "frames_compared": upto,
-            "pose_enc_max_abs_diff": float(diff.max()),
-            "pose_enc_max_abs_diff_last_frame": float(diff[-1].max()),
-            "nan": bool(np.isnan(fast).any() or np.isnan(ref).any()),
-            **(depth_difference(fast_depth[:upto], ref_depth[:upto]) if fast_depth else {})}
-
-
-def depth_difference(fast: list, ref: list) -> dict:
-    """Relative depth difference |a - b| / b over the compared frames' pixels: max, p99 and
-    median, and the largest per-frame median."""
-    rel = [np.abs(a.astype(np.float64) - b) / np.maximum(np.abs(b), 1e-12)
-           for a, b in zip(fast, ref)]
-    flat = np.concatenate([r.ravel() for r in rel])
-    return {"depth_rel_diff": {"max": float(flat.max()), "p99": float(np.percentile(flat, 99)),
-                               "median": float(np.median(flat)),
-                               "worst_frame_median": float(max(np.median(r) for r in rel))}}
 
 
 def main(argv=None) -> int:
@@ -389,7 +225,7 @@ def main(argv=None) -> int:
                                     else "torch_ref")
     if args.snapshot:  # the snapshot's cost only
         from .bench_snapshot import run_snapshot
-        r = run_snapshot(_model(args, 4, args.device), args, args.device)
+        r = run_snapshot(bench_model(args, 4, args.device), args, args.device)
         print("snapshot: " + json.dumps(r), flush=True)
         with open(args.out, "w") as f:
             json.dump({"preset": args.preset, "torch": torch.__version__, "snapshot": r}, f,

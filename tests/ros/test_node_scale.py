@@ -92,6 +92,13 @@ def test_depth_source_locks_at_k_and_every_output_is_in_metres(tmp_path, ros_env
         probe.wait_active(node)
         probe.wait_static_delivered()
         send_depth(probe, images, expected)
+        # qos.image auto: a reliable depth publisher gets a reliable subscription (large
+        # images lose fragments best effort), as the colour image does
+        from rclpy.qos import ReliabilityPolicy
+        probe.wait_until(lambda: [i.qos_profile.reliability for i in
+                                  probe.node.get_subscriptions_info_by_topic(DEPTH_TOPIC)]
+                         == [ReliabilityPolicy.RELIABLE], 30,
+                         "the node's aligned depth input reliable (auto)")
         send(probe, images)
         locked = probe.wait_until(probe.locked, 90, "~/scale LOCKED")
         assert locked.source == "depth" and locked.samples >= MIN_SAMPLES

@@ -260,3 +260,34 @@ def test_a_restarted_node_continues_a_locked_scale(tmp_path, ros_env):
     assert rc != 0, log[-3000:]
     assert "configure failed" in log and "scale.source 'depth', this stream's is 'fixed'" \
         in log, log[-3000:]
+
+
+def test_a_released_session_takes_its_pending_map_and_path_along():
+    """resume_from at configure keeps the snapshot's map and path for activate; a cleanup
+    (or a failed configure) in between releases them with the stream: a later plain
+    configure + activate must not load an old stream's map."""
+    import logging
+
+    from lingbot_ros.ros.session_snapshot import NodeSnapshots
+
+    class Loads:
+        def __init__(self):
+            self.loaded = []
+
+        def load_node_state(self, state):
+            self.loaded.append(state)
+
+    class NodeLogger:  # what NodeSnapshots reads of the node here: its logger
+        def get_logger(self):
+            return logging.getLogger("test_pending")
+
+    snapshots = NodeSnapshots(NodeLogger())
+    snapshots.resumed({"front_end_state": {"path": [1]}, "frames_processed": 3}, "snap")
+    snapshots.discard_pending()
+    outputs = Loads()
+    snapshots.load_pending(outputs)
+    assert outputs.loaded == []
+    snapshots.resumed({"front_end_state": {"path": [2]}}, "snap")
+    snapshots.load_pending(outputs)
+    snapshots.load_pending(outputs)  # once
+    assert outputs.loaded == [{"path": [2]}]

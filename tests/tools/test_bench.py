@@ -108,3 +108,25 @@ def test_bench_at_a_camera_rate_reports_each_frames_own_latency(tmp_path):
         # fast the step (and however late a loaded machine makes any frame)
         assert r["last_hand_in_s"] >= 19 / 40
         assert 0 < r["result_latency_ms"]["p50"] <= r["result_latency_ms"]["p99"]
+
+
+def test_parity_compares_depth_and_each_precision_candidate(tmp_path):
+    """--parity-depth: the depth maps too; the speed candidates (bf16 depth head, FP8 MLPs)
+    differ from the fp32 reference by a small, nonzero amount, the default by none (CPU:
+    both paths are the same eager path)."""
+    out = tmp_path / "parity.json"
+    assert main(["--preset", "tiny", "--device", "cpu", "--frames", "20", "--height", "28",
+                 "--width", "28", "--configs", "default", "--parity-frames", "10",
+                 "--parity-depth", "--parity-configs", "default,depth_bf16,fp8_mlp",
+                 "--scale-bench-frames", "0", "--out", str(out)]) == 0
+    parity = {p["config"]: p for p in json.loads(out.read_text())["parity"]}
+    assert parity["default"]["pose_enc_max_abs_diff"] == 0.0
+    assert parity["default"]["depth_rel_diff"]["max"] == 0.0
+    assert "'depth_head': 'bfloat16'" in parity["depth_bf16"]["fast_path"]
+    assert parity["depth_bf16"]["pose_enc_max_abs_diff"] == 0.0  # depth does not feed pose
+    assert 0 < parity["depth_bf16"]["depth_rel_diff"]["max"] < 5e-2
+    assert "'mlp': 'fp8'" in parity["fp8_mlp"]["fast_path"]
+    assert 0 < parity["fp8_mlp"]["pose_enc_max_abs_diff"] < 0.1
+    for p in parity.values():
+        d = p["depth_rel_diff"]
+        assert d["median"] <= d["p99"] <= d["max"] and not p["nan"]

@@ -1,0 +1,53 @@
+"""A stream's benchmark timers (``lingbot-ros-bench``), off by default:
+
+    timing.time_replays(runner)    # GPU time of each CUDA-graph replay (the runner's graph
+    timing.replay_ms(runner)       # records CUDA events around it)
+    timing.time_host()             # host time of each phase of a step: ``timing.laps``,
+    timing.host_ms()               # which the session, its runner and graph lap into
+
+``StreamingSession`` owns one and exposes these as its own methods. Speed is shown by the
+benchmark's medians over these, never by a timed test.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from .stats import HostLaps
+from .stream_runner import StreamRunner
+
+__all__ = ["BenchTiming"]
+
+
+class BenchTiming:
+    """The host laps of a stream's steps and the switch of its graph's replay timing."""
+
+    def __init__(self) -> None:
+        self.laps = HostLaps()  # handed to each runner the stream allocates
+
+    @staticmethod
+    def time_replays(runner: Optional[StreamRunner], enabled: bool = True) -> None:
+        """Record the GPU time of each graph replay of ``runner`` (no-op without graphs)."""
+        if runner is not None and runner.graph is not None:
+            runner.graph.time_replays = enabled
+
+    @staticmethod
+    def replay_ms(runner: Optional[StreamRunner]) -> list[float]:
+        """GPU milliseconds of each replay timed since the last call ([] without graphs)."""
+        if runner is None or runner.graph is None:
+            return []
+        return runner.graph.replay_ms()
+
+    def time_host(self, enabled: bool = True) -> None:
+        """Record the host time of each phase of a step into ``laps``: what the GPU waits
+        for between two replays is ``close`` + ``begin`` + ``load`` + ``plan`` + ``launch``
+        (after ``wait``; ``plan`` is ~0 when the step was planned ahead); the rest overlaps
+        a replay when pipelined."""
+        self.laps.enabled = enabled
+
+    def host_ms(self) -> dict[str, list[float]]:
+        """Milliseconds per phase (``time_host``) since the last call, one entry per step:
+        checks_preprocess, wait (for the frame before), close (its check, decision and
+        commit), begin, load, plan, launch, copy_outputs (graphs; eager: plan, model),
+        readback_start, report (the frame before's result), plan_ahead (the next step's
+        plan, made while this one runs)."""
+        return self.laps.take()
