@@ -116,19 +116,23 @@ def _overrides(context) -> dict:
         overrides["frames.base"] = ""
     elif base_frame:
         overrides["frames.base"] = base_frame
-    scale_source = _value(context, "scale_source").lower()
-    if scale_source:
-        if scale_source not in SCALE_SOURCES:
-            raise ValueError(f"launch argument scale_source must be one of "
-                             f"{', '.join(SCALE_SOURCES)} or empty, got {scale_source!r}")
-        overrides["scale.source"] = scale_source
-    odometry_input = _value(context, "scale_odometry_input").lower()
-    if odometry_input:
-        if odometry_input not in ODOMETRY_INPUTS:
-            raise ValueError(f"launch argument scale_odometry_input must be one of "
-                             f"{', '.join(ODOMETRY_INPUTS)} or empty, got {odometry_input!r}")
-        overrides["scale.odometry_input"] = odometry_input
+    for parameter, value in (
+            ("scale.source", _choice(_value(context, "scale_source"), "scale_source",
+                                     SCALE_SOURCES)),
+            ("scale.odometry_input", _choice(_value(context, "scale_odometry_input"),
+                                             "scale_odometry_input", ODOMETRY_INPUTS))):
+        if value:  # empty: the params file's value stands
+            overrides[parameter] = value
     return overrides
+
+
+def _choice(value: str, argument: str, choices) -> str:
+    """A launch argument's value, lower case, checked against ``choices`` (empty passes)."""
+    value = value.lower()
+    if value and value not in choices:
+        raise ValueError(f"launch argument {argument} must be one of "
+                         f"{', '.join(choices)} or empty, got {value!r}")
+    return value
 
 
 def _remappings(context) -> list:

@@ -362,6 +362,9 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.camera:
         return camera(args)
+    # SIGTERM (``timeout``, a CI runner) unwinds like Ctrl-C: each node started here is
+    # stopped in run_node's ``finally``, never left running in its ROS domain
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     phases = []
     for item in (r.strip() for r in args.rates.split(",") if r.strip()):
         rate, _, frames = item.partition(":")

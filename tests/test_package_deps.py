@@ -42,7 +42,8 @@ OPTIONAL = {
 }
 # Our modules that import an OPTIONAL module at their top: they must be imported lazily.
 KERNEL_MODULES = {"lingbot_ros.model.qk_norm_rope_triton",  # the Triton kernels (triton)
-                  "lingbot_ros.model.add_norm_triton", "lingbot_ros.attention.split_merge_triton"}
+                  "lingbot_ros.model.add_norm_triton", "lingbot_ros.attention.split_merge_triton",
+                  "lingbot_ros.model.fp8_quant_triton"}
 # Not dependencies on purpose: a robot needs no GUI (launch use_rviz:=true says to install it).
 NOT_DEPENDENCIES = {"rviz2"}
 

@@ -105,6 +105,8 @@ def main(argv=None) -> int:
     if not args.checkpoint:  # the tiny network gains nothing from more threads; OpenMP
         node_env.setdefault("OMP_NUM_THREADS", "1")  # workers spinning on a busy CPU stall it
     node = subprocess.Popen(node_args, env=node_env)
+    # SIGTERM unwinds like Ctrl-C: the node is stopped below, never left running
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
         from .probe import Probe
         with Probe(static_tf=_static_tf()) as probe:

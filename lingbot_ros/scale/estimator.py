@@ -109,6 +109,7 @@ class ScaleEstimator:
             raise ValueError(f"config must be a ScaleConfig, got {type(config).__name__}")
         self._config = config
         self._logs: deque[float] = deque(maxlen=config.max_samples)
+        self._stats: Optional[tuple[float, float]] = None  # _median_spread of _logs, cached
         self._rejections: Counter[str] = Counter()
         self._segment = int(segment)
         self._clear()
@@ -196,6 +197,7 @@ class ScaleEstimator:
         parsed = self._parse_state(state)
         self._logs.clear()
         self._logs.extend(parsed["logs"])
+        self._stats = None
         self._rejections = Counter(parsed["rejections"])
         for key in ("count", "state", "segment", "applied_log", "applied_s", "reason",
                     "last_sample_s", "last_rejection_s", "since_s", "stamp_s"):
@@ -256,6 +258,7 @@ class ScaleEstimator:
 
     def _clear(self) -> None:
         self._logs.clear()
+        self._stats = None
         self._count = 0
         self._applied_log = math.nan
         self._applied_s = math.nan
@@ -278,6 +281,7 @@ class ScaleEstimator:
     def _take(self, sample: ScaleSample) -> None:
         cfg = self._config
         self._logs.append(math.log(sample.metres_per_unit))
+        self._stats = None
         self._count += 1
         self._reason = ""
         self._last_sample_s = _finite_or(sample.stamp_s, self._last_sample_s)
@@ -300,11 +304,15 @@ class ScaleEstimator:
             self._applied_s = sample.stamp_s
 
     def _median_spread(self) -> tuple[float, float]:
-        logs = np.fromiter(self._logs, dtype=np.float64, count=len(self._logs))
-        median = float(np.median(logs))
-        spread = MAD_TO_SIGMA * float(np.median(np.abs(logs - median))) if logs.size > 1 \
-            else math.inf
-        return median, spread
+        """The window's median log scale and its MAD spread (computed once per change of
+        the window: a sample's update and its snapshot share it)."""
+        if self._stats is None:
+            logs = np.fromiter(self._logs, dtype=np.float64, count=len(self._logs))
+            median = float(np.median(logs))
+            spread = MAD_TO_SIGMA * float(np.median(np.abs(logs - median))) \
+                if logs.size > 1 else math.inf
+            self._stats = (median, spread)
+        return self._stats
 
     def _make_snapshot(self) -> ScaleEstimate:
         cfg = self._config

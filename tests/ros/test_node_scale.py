@@ -48,6 +48,11 @@ class ScaleProbe(RobotProbe):
                                  lambda m: self._on_message(self.scale, m), reliable)
         self.depth_pub = node.create_publisher(Image, DEPTH_TOPIC, reliable)
 
+    def last_scale(self):
+        """The last ~/scale message, or None."""
+        got = self.snapshot("scale")
+        return got[-1].msg if got else None
+
     def locked(self):
         for got in reversed(self.snapshot("scale")):
             if got.msg.state == got.msg.LOCKED:
@@ -69,6 +74,19 @@ def metric_base(c2w: np.ndarray, k: float) -> np.ndarray:
     S = np.array(c2w, float)
     S[:3, 3] *= k
     return T_BASE_OPTICAL @ S @ np.linalg.inv(T_BASE_OPTICAL)
+
+
+def assert_metric_path(probe, stamps, expected, k: float, tol: float) -> None:
+    """The last ~/path holds every frame of ``stamps``, each base pose in metres (k)."""
+    def full_path():
+        paths = probe.snapshot("paths")
+        last = paths[-1].msg if paths else None
+        return last if last is not None and len(last.poses) == len(stamps) else None
+    path = probe.wait_until(full_path, 30, "a path of every frame")
+    assert [stamp_ns(p.header.stamp) for p in path.poses] == stamps
+    for p in path.poses:
+        np.testing.assert_allclose(matrix_of(p.pose), metric_base(
+            expected[stamp_ns(p.header.stamp)].c2w, k), atol=tol)
 
 
 def send_depth(probe, images, expected, k: float = K) -> None:
@@ -157,15 +175,7 @@ def test_depth_source_locks_at_k_and_every_output_is_in_metres(tmp_path, ros_env
                                        rtol=1e-5, atol=1e-5)
 
         # ~/path covers every frame, the withheld ones too, in metres.
-        def full_path():
-            paths = probe.snapshot("paths")
-            last = paths[-1].msg if paths else None
-            return last if last is not None and len(last.poses) == FRAMES else None
-        path = probe.wait_until(full_path, 30, "a path of every frame")
-        assert [stamp_ns(p.header.stamp) for p in path.poses] == stamps
-        for p in path.poses:
-            np.testing.assert_allclose(matrix_of(p.pose), metric_base(
-                expected[stamp_ns(p.header.stamp)].c2w, K), atol=1e-5)
+        assert_metric_path(probe, stamps, expected, K, 1e-5)
 
         # save_trajectory: every frame in metres, the header says so.
         from lingbot_ros_interfaces.srv import SaveTrajectory

@@ -26,8 +26,8 @@ from tests.ros.node_data import stamp_ns
 from tests.ros.robot_probe import matrix_of
 from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
 from tests.ros.test_node_robot_tf import T_BASE_OPTICAL, expected_results, send, static_msgs
-from tests.ros.test_node_scale import (MIN_SAMPLES, SCALE, H, ScaleProbe, W, depth_msg,
-                                       metric_base)
+from tests.ros.test_node_scale import (MIN_SAMPLES, SCALE, H, ScaleProbe, W,
+                                       assert_metric_path, depth_msg, metric_base)
 
 K = 2.0  # metres per model unit of the simulated sensor until it drifts
 TOL = 1e-5  # the DDS tests' tolerance on poses (float32 model outputs)
@@ -157,15 +157,8 @@ def test_publish_model_units_before_the_lock_then_metres(tmp_path, ros_env):
                                        rtol=1e-5, atol=1e-5)
 
         # ~/path: rebuilt in metres at the lock, every frame
-        def full_path():
-            paths = probe.snapshot("paths")
-            last = paths[-1].msg if paths else None
-            return last if last is not None and len(last.poses) == frames else None
-        path = probe.wait_until(full_path, 30, "a path of every frame")
-        assert [stamp_ns(p.header.stamp) for p in path.poses] == stamps
-        for p in path.poses:
-            np.testing.assert_allclose(matrix_of(p.pose), metric_base(
-                expected[stamp_ns(p.header.stamp)].c2w, K), atol=TOL)
+        assert len(stamps) == frames
+        assert_metric_path(probe, stamps, expected, K, TOL)
 
         # The locking frame's twist: from the previous pose in metres, or none (a restart of
         # the twist, as after a withheld stretch), never model units mixed with metres.

@@ -115,10 +115,6 @@ def test_a_locked_scale_survives_save_session_and_load_session(tmp_path, ros_env
             self.clients["save_session"] = node.create_client(SaveSession, f"{n}/save_session")
             self.clients["load_session"] = node.create_client(LoadSession, f"{n}/load_session")
 
-        def last_scale(self):
-            got = self.snapshot("scale")
-            return got[-1].msg if got else None
-
     images = good_images(10, width=W, height=H)
     stamps = [stamp_ns(m.header.stamp) for m in images]
     expected = expected_results(images)
@@ -213,10 +209,6 @@ def test_a_restarted_node_continues_a_locked_scale(tmp_path, ros_env):
     from tests.ros.test_node_robot_tf import expected_results, send, static_msgs
     from tests.ros.test_node_scale import H, K, SCALE, W, ScaleProbe, metric_base, send_depth
 
-    def last_scale(probe):
-        got = probe.snapshot("scale")
-        return got[-1].msg if got else None
-
     images = good_images(10, width=W, height=H)
     stamps = [stamp_ns(m.header.stamp) for m in images]
     expected = expected_results(images)
@@ -230,7 +222,7 @@ def test_a_restarted_node_continues_a_locked_scale(tmp_path, ros_env):
         send(probe, images[:6])
         saved = probe.wait_until(lambda: (lambda m: m if m is not None and m.samples == 6
                                           and m.state == m.LOCKED else None)(
-            last_scale(probe)), 90, "~/scale LOCKED with 6 samples")
+            probe.last_scale()), 90, "~/scale LOCKED with 6 samples")
         node.interrupt()
         assert node.wait(60) == 0, node.log()[-3000:]
     assert json.loads((snap / "manifest.json").read_text())[
