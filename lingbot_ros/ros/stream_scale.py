@@ -22,6 +22,8 @@ docs/node.md, "Scale").
 """
 from __future__ import annotations
 
+import copy
+import logging
 import math
 import threading
 import time
@@ -43,6 +45,8 @@ SOURCES_FOR_A_ROBOT = ("depth (an RGB-D camera's aligned depth on 'aligned_depth
                        "camera_height (a level floor in view, the camera's height)",
                        "fixed (a calibrated scale.factor)")
 TF_PENDING_MAX = 64  # frames whose odometry TF did not have yet, looked up again later
+ODOMETRY_KEY = "odometry"  # state_dict()[ODOMETRY_KEY]: OdometrySource.state_dict()
+_log = logging.getLogger(__name__)
 
 
 def depth_msg_to_array(msg) -> np.ndarray:
@@ -64,14 +68,19 @@ def depth_msg_to_array(msg) -> np.ndarray:
 
 
 class StreamScale:
-    def __init__(self, config: ScaleConfig) -> None:
+    def __init__(self, config: ScaleConfig, warn=None) -> None:
+        """``warn(text)``: where a warning goes (the node's logger; default Python's
+        ``logging`` for this module)."""
         self.config = config
+        self._warn = warn or _log.warning
         self._estimator = ScaleEstimator(config)
         self._lock = threading.Lock()  # the sources' buffers: executor pushes, worker samples
         self._depth = DepthSource(config) if config.source == "depth" else None
         self._odometry: Optional[OdometrySource] = None  # built at the first frame's chain
         self._odometry_T_bo: Optional[np.ndarray] = None
         self._odometry_pending: list = []  # odometry before the first frame (T_bo unknown)
+        self._odometry_saved: Optional[dict] = None  # a snapshot's window, until the source is
+        #                                              built (T_bo known) at the next frame
         self._estimate = self._estimator.estimate
         self._last_frame: Optional[tuple[float, float]] = None  # (stamp s, time.monotonic())
         self.depth_received = 0  # depth images pushed (executor thread)
@@ -255,6 +264,7 @@ class StreamScale:
         with self._lock:
             if self._odometry is not None:
                 self._odometry.reset()
+            self._odometry_saved = None
             self._tf_pending.clear()
             self._last_frame = None
             self._detail = ""
@@ -266,6 +276,9 @@ class StreamScale:
         if self._odometry is None or not np.allclose(T_bo, self._odometry_T_bo, atol=1e-9):
             self._odometry = OdometrySource(self.config, T_bo)
             self._odometry_T_bo = T_bo
+            if self._odometry_saved is not None:  # a restored snapshot's window
+                self._restore_odometry(self._odometry_saved)
+                self._odometry_saved = None
             for stamp_s, T in self._odometry_pending:
                 self._odometry.push_odometry(stamp_s, T)
             self._odometry_pending = []
@@ -273,10 +286,18 @@ class StreamScale:
 
     # -- stream snapshots (ros/session_snapshot.py) -----------------------------------------
     def state_dict(self) -> dict:
-        """The estimate for a stream snapshot (``ScaleEstimator.state_dict``: JSON values);
-        the sensors' buffers are not the stream's and are not saved."""
+        """The scale for a stream snapshot, as JSON values: the estimate
+        (``ScaleEstimator.state_dict``'s keys) and, with ``scale.source: odometry``, the
+        odometry source's window under ``"odometry"`` (``OdometrySource.state_dict``: the
+        frames the fit pairs and the odometry poses buffered). The depth images are the
+        sensor's and are not saved."""
         with self._lock:
-            return self._estimator.state_dict()
+            state = self._estimator.state_dict()
+            if self._odometry is not None:
+                state[ODOMETRY_KEY] = self._odometry.state_dict()
+            elif self._odometry_saved is not None:  # restored, no frame since: carried on
+                state[ODOMETRY_KEY] = self._odometry_saved
+        return state
 
     def check_state_dict(self, state) -> None:
         """ValueError (naming why) unless ``state`` can continue in this stream's scale."""
@@ -284,15 +305,36 @@ class StreamScale:
 
     def load_state_dict(self, state) -> ScaleEstimate:
         """Continue a snapshot's estimate (LOCKED stays LOCKED at its value); ValueError, and
-        nothing changed, for another source or settings. The odometry source's frame window
-        belongs to the replaced stream: it starts anew, as on a reset."""
+        nothing changed, for another source or settings. With ``scale.source: odometry`` the
+        snapshot's window continues too (the frames it holds pair with the odometry that
+        follows, as in the uninterrupted stream), loaded when the source knows the camera's
+        mount (at the next frame, or now if it has seen one): a window made with another
+        ``T_base_optical``, or malformed, is dropped with a warning and the window starts
+        anew, as does one missing from the snapshot (an older build's)."""
         with self._lock:
             self._estimator.check_state_dict(state)
+            saved = state.get(ODOMETRY_KEY) if self.config.source == "odometry" else None
+            self._odometry_saved = None
             if self._odometry is not None:
-                self._odometry.reset()
+                if saved is None or not self._restore_odometry(saved):
+                    self._odometry.reset()
+            else:  # built at the next frame (T_bo known): the window waits until then
+                self._odometry_saved = copy.deepcopy(saved)
             self._last_frame = None
             self._estimate = self._estimator.load_state_dict(state)
         return self._estimate
+
+    def _restore_odometry(self, saved) -> bool:
+        """Load a snapshot's window into the odometry source (under the lock); False, with a
+        warning, when it cannot continue there."""
+        try:
+            self._odometry.load_state_dict(saved)
+        except ValueError as exc:
+            self._warn(f"scale.source odometry: the snapshot's odometry window is dropped "
+                       f"({exc}); new samples come once the robot has moved "
+                       "scale.min_baseline_m")
+            return False
+        return True
 
 
 def odometry_msg_pose(msg) -> tuple[float, np.ndarray]:

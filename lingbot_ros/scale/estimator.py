@@ -34,7 +34,8 @@ import numpy as np
 from .config import ScaleConfig
 from .samples import NO_INPUT_REASON, Rejection, SampleResult, ScaleSample
 
-__all__ = ["ScaleState", "ScaleEstimate", "ScaleEstimator"]
+__all__ = ["ScaleState", "ScaleEstimate", "ScaleEstimator", "float_to_json",
+           "float_from_json"]
 
 STATE_VERSION = 1  # of ScaleEstimator.state_dict()
 # The settings an estimate depends on: a state saved under other values is refused. The
@@ -176,12 +177,14 @@ class ScaleEstimator:
         applied value and its time, the stale clock and the rejection counters, with the
         settings it was made under (checked by :meth:`load_state_dict`)."""
         return {"version": STATE_VERSION, "settings": _settings_of(self._config),
-                "logs": [_dump(v) for v in self._logs], "count": self._count,
+                "logs": [float_to_json(v) for v in self._logs], "count": self._count,
                 "state": self._state.value, "segment": self._segment,
-                "applied_log": _dump(self._applied_log), "applied_s": _dump(self._applied_s),
-                "reason": self._reason, "last_sample_s": _dump(self._last_sample_s),
-                "last_rejection_s": _dump(self._last_rejection_s),
-                "since_s": _dump(self._since_s), "stamp_s": _dump(self._stamp_s),
+                "applied_log": float_to_json(self._applied_log),
+                "applied_s": float_to_json(self._applied_s), "reason": self._reason,
+                "last_sample_s": float_to_json(self._last_sample_s),
+                "last_rejection_s": float_to_json(self._last_rejection_s),
+                "since_s": float_to_json(self._since_s),
+                "stamp_s": float_to_json(self._stamp_s),
                 "rejections": {k: int(v) for k, v in sorted(self._rejections.items())}}
 
     def check_state_dict(self, state) -> None:
@@ -226,14 +229,14 @@ class ScaleEstimator:
                              "; ".join(diff) + "): set them as saved to continue it (or "
                              "start a new stream)")
         try:
-            logs = [_load(v) for v in state["logs"]]
+            logs = [float_from_json(v) for v in state["logs"]]
             out = {"logs": logs, "count": int(state["count"]),
                    "state": ScaleState(state["state"]), "segment": int(state["segment"]),
                    "reason": str(state["reason"]),
                    "rejections": {str(k): int(v) for k, v in state["rejections"].items()}}
             for key in ("applied_log", "applied_s", "last_sample_s", "last_rejection_s",
                         "since_s", "stamp_s"):
-                out[key] = _load(state[key])
+                out[key] = float_from_json(state[key])
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"scale state is malformed ({type(exc).__name__}: {exc})") \
                 from None
@@ -342,15 +345,18 @@ def _settings_of(config: ScaleConfig) -> dict:
     return {k: getattr(config, k) for k in keys}
 
 
-def _dump(value: float):
-    """A float as JSON: itself when finite (exact through JSON), else "nan"/"inf"/"-inf"."""
+def float_to_json(value: float):
+    """A float as JSON: itself when finite (exact through JSON), else "nan"/"inf"/"-inf" (the
+    scale package's snapshots: the estimator's, the odometry source's window)."""
     value = float(value)
     if math.isfinite(value):
         return value
     return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
 
 
-def _load(value) -> float:
+def float_from_json(value) -> float:
+    """``float_to_json``'s output back to a float; ValueError for anything else (a bool, a
+    string other than "nan"/"inf"/"-inf", a non-number)."""
     if isinstance(value, str):
         if value not in _NON_FINITE:
             raise ValueError(f"{value!r} is not a number")

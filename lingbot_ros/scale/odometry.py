@@ -17,6 +17,11 @@ with ``c2w = [R | c]``, ``T_bo`` the camera's optical frame in the base (metres)
 ``t_ob`` the base origin in the optical frame: ``b`` is the lever arm's share (metres
 already), ``a`` the camera centres' (model units). ``k = sum a.(d - b) / sum a.a`` (least
 squares); ``planar`` drops the base z components (wheel odometry knows no z).
+
+Snapshots: ``OdometrySource.state_dict()`` gives the window (each frame's stamp, c2w and the
+odometry pose interpolated at its stamp once covered), the buffered odometry poses and the
+``T_base_optical`` they were made with, as plain JSON values; ``load_state_dict`` continues
+it, and a restored source gives bit-identical samples on the same next frames and odometry.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from typing import Optional, Union
 import numpy as np
 
 from .config import ScaleConfig
+from .estimator import float_from_json, float_to_json
 from .samples import Rejection, SampleResult, ScaleSample
 from ..geometry import rotation_angle
 from .se3 import interpolate_pose, is_rigid, rigid_inverse
@@ -35,6 +41,7 @@ from .se3 import interpolate_pose, is_rigid, rigid_inverse
 __all__ = ["PoseBuffer", "OdometrySource", "fit_odometry_scale"]
 
 TURN_RAD = 0.1  # a window whose odometry turned more than this (and moved too little) turned
+STATE_VERSION = 1  # of OdometrySource.state_dict()
 
 
 class PoseBuffer:
@@ -56,6 +63,11 @@ class PoseBuffer:
     @property
     def last_stamp_s(self) -> float:
         return self._stamps[-1] if self._stamps else -math.inf
+
+    def poses(self) -> list[tuple[float, np.ndarray]]:
+        """The buffered ``(stamp, pose)`` in stamp order (the poses are the buffer's own:
+        read them, do not change them)."""
+        return list(zip(self._stamps, self._poses))
 
     def push(self, stamp_s: float, pose) -> Optional[Rejection]:
         """Add a pose (kept sorted by stamp; a repeated stamp replaces). A non-finite stamp
@@ -167,6 +179,12 @@ class OdometrySource:
             return Rejection(stamp_s, "wrong_size", f"c2w must be 4x4, got {c2w.shape}")
         if not np.isfinite(c2w).all():
             return Rejection(stamp_s, "non_finite", "c2w has NaN/inf")
+        try:
+            finite_stamp = math.isfinite(stamp_s)
+        except TypeError:
+            finite_stamp = False
+        if not finite_stamp:  # a window's stamps are finite and increasing
+            return Rejection(math.nan, "non_finite", f"the frame's stamp is {stamp_s!r}")
         if self._frames and not stamp_s > self._frames[-1][0]:
             self._frames.clear()  # stamps went back: a new stretch
         self._frames.append([float(stamp_s), c2w, None])  # [stamp, c2w, odometry pose]
@@ -193,3 +211,74 @@ class OdometrySource:
             return Rejection(stamp_s, fit, f"{len(odoms)} frames in the window")
         k, n_pairs = fit
         return ScaleSample(stamps[0], k, "odometry", support=n_pairs)
+
+    # --- snapshots ----------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """The window as plain JSON values: ``frames`` ([stamp, c2w, odometry pose at the stamp
+        or None while the odometry does not cover it], oldest first), the buffered
+        ``odometry`` ([stamp, pose], in stamp order), the ``T_base_optical`` they were made with
+        (``load_state_dict`` checks it); poses as 16 floats, row-major. Finite floats
+        round-trip exactly through JSON (non-finite ones as "nan"/"inf"/"-inf")."""
+        return {"version": STATE_VERSION, "T_base_optical": _floats(self._bo),
+                "frames": [[float_to_json(t), _floats(c2w), None if o is None else _floats(o)]
+                           for t, c2w, o in self._frames],
+                "odometry": [[float_to_json(t), _floats(p)] for t, p in self._odom.poses()]}
+
+    def load_state_dict(self, state) -> None:
+        """Continue the window of ``state`` (``state_dict``'s output): its frames replace this
+        source's (the newest ``odom_window`` of them), its odometry poses join the ones this
+        source holds (a held pose wins at the same stamp; a fresh source holds exactly the
+        saved ones). ValueError, and this source unchanged, when ``state`` is malformed or was
+        made with another ``T_base_optical`` (the model's base positions depend on it)."""
+        frames, odometry = self._parse_state(state)
+        held = self._odom.poses()
+        self._odom.clear()
+        for stamp_s, pose in odometry + held:
+            self._odom.push(stamp_s, pose)
+        self._frames.clear()
+        self._frames.extend(frames)
+
+    def _parse_state(self, state) -> tuple[list, list]:
+        if not isinstance(state, dict):
+            raise ValueError(f"odometry window: expected a dict, got {type(state).__name__}")
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"odometry window: version {state.get('version')!r} is unknown; "
+                             f"this build reads version {STATE_VERSION}")
+        try:
+            bo = _matrix(state["T_base_optical"])
+            frames = [[float_from_json(t), _matrix(c2w), None if o is None else _matrix(o)]
+                      for t, c2w, o in state["frames"]]
+            odometry = [(float_from_json(t), _matrix(p)) for t, p in state["odometry"]]
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"odometry window is malformed ({type(exc).__name__}: {exc})") \
+                from None
+        if not np.allclose(bo, self._bo, atol=1e-9):  # as StreamScale tells mounts apart
+            raise ValueError("the odometry window was made with another T_base_optical (the "
+                             "camera's mount on the base changed)")
+        stamps = [f[0] for f in frames]
+        if not (all(math.isfinite(t) for t in stamps)
+                and all(a < b for a, b in zip(stamps, stamps[1:]))
+                and all(np.isfinite(f[1]).all() and (f[2] is None or is_rigid(f[2]))
+                        for f in frames)):
+            raise ValueError("odometry window: frames need finite, increasing stamps, finite "
+                             "poses and rigid odometry poses")
+        stamps = [t for t, _ in odometry]
+        if not (all(math.isfinite(t) for t in stamps)
+                and all(a < b for a, b in zip(stamps, stamps[1:]))
+                and all(is_rigid(p) for _, p in odometry)):
+            raise ValueError("odometry window: odometry poses need finite, increasing stamps "
+                             "and rigid poses")
+        return frames, odometry
+
+
+def _floats(matrix: np.ndarray) -> list:
+    """A 4x4 as 16 JSON floats, row-major."""
+    return [float_to_json(v) for v in np.asarray(matrix, dtype=np.float64).reshape(-1)]
+
+
+def _matrix(values) -> np.ndarray:
+    """16 JSON floats (``_floats``' output) back to a 4x4; ValueError otherwise."""
+    if not isinstance(values, list) or len(values) != 16:
+        raise ValueError("a pose must be a list of 16 numbers")
+    return np.array([float_from_json(v) for v in values], dtype=np.float64).reshape(4, 4)

@@ -115,6 +115,7 @@ def _model_description(model, config) -> dict:
         "config": _jsonable(dataclasses.asdict(model.config)),
         "kv_dtype": str(model.kv_dtype).replace("torch.", ""),
         "camera_head_dtype": str(model.camera_head.dtype).replace("torch.", ""),
+        "mlp_precision": model.precisions["mlp"],  # fp8 MLPs write other keys and values
     }
 
 
@@ -332,8 +333,9 @@ def check_compatible(manifest: dict, model, config) -> None:
     if manifest["input"]["preprocess"] != pre:
         raise SnapshotError(f"the snapshot's input size differs: saved "
                             f"{manifest['input']['preprocess']}, here {pre}")
-    for key, what in (("kv_dtype", "KV cache"), ("camera_head_dtype", "camera head")):
-        if saved[key] != here[key]:
+    for key, what in (("kv_dtype", "KV cache"), ("camera_head_dtype", "camera head"),
+                      ("mlp_precision", "MLP precision")):
+        if saved.get(key, "aggregator") != here[key]:  # snapshots before fp8: aggregator
             raise SnapshotError(
                 f"the snapshot's {what} is {saved[key]} (saved on {manifest.get('saved_on')}), "
                 f"this model's is {here[key]}: a snapshot restores only at the same precision "

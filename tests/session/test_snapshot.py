@@ -151,6 +151,10 @@ def _other_dtype(m):
     m["model"]["kv_dtype"] = "bfloat16"
 
 
+def _fp8_mlps(m):  # saved by a model whose MLPs ran in FP8 (other keys and values)
+    m["model"]["mlp_precision"] = "fp8"
+
+
 REFUSALS = {  # name: (model seed, config changes, corruption of the snapshot, message)
     "checkpoint": (1, {}, None, "other weights"),
     "configuration": (0, {"window": 4}, None, "window: saved 4, here 3"),
@@ -165,6 +169,8 @@ REFUSALS = {  # name: (model seed, config changes, corruption of the snapshot, m
     "truncated manifest": (0, {}, lambda p: (p / "manifest.json").write_text('{"form'),
                            "not valid JSON"),
     "dtype": (0, {}, lambda p: _edit_manifest(p, _other_dtype), "same precision"),
+    "mlp precision": (0, {}, lambda p: _edit_manifest(p, _fp8_mlps),
+                      "MLP precision is fp8 .* this model's is aggregator"),
 }
 
 
