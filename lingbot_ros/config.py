@@ -189,6 +189,11 @@ FLASHINFER_VARIANTS = ("auto", "fa2", "fa3")
 FUSED_KERNEL_MODES = ("auto", "on", "off")
 FUSED_KERNEL_NAMES = ("qk_rope", "add_norm", "kv_write", "split_merge")  # model.FusedKernels
 MAX_KV_SPLITS = 8  # flashinfer split-KV parts per attention call: 1..MAX_KV_SPLITS
+ROLLOVER_MODES = ("blocking", "sliced")  # how a rollover's anchor step runs (SessionConfig)
+#: Keyframes a segment may go on for while its successor's anchor step is built in slices
+#: (``rollover_mode: sliced``); the caches hold that many more, and a build not done by
+#: then is finished at once.
+ROLLOVER_SLACK_KEYFRAMES = 64
 STAMP_BACKWARDS_POLICIES = ("reset", "drop")  # a stamp not after the previous frame's
 
 
@@ -207,6 +212,13 @@ class SessionConfig:
     segment starts on the last ``num_scale_frames`` keyframes, aligned by Sim(3). 320 is the
     number of views the model was trained with; ``None`` never rolls over (the reference:
     memory, latency and the RoPE time index then grow with the stream).
+    ``rollover_mode``: ``blocking`` runs the new segment's anchor step (all anchors together,
+    ~4 frames of GPU time at the released size) before the next frame; ``sliced`` builds it
+    beside the stream, ``rollover_slices_per_frame`` slices (a block each) queued behind each
+    streaming frame, while the segment goes on; the next frame after the build starts the
+    new segment. Sliced spreads the stall of a rollover over the frames (a camera's slack),
+    so a node at camera rate drops nothing at rollovers; the segment then ends a few dozen
+    keyframes later than ``rollover_keyframes`` (at most ``ROLLOVER_SLACK_KEYFRAMES``).
 
     Time and size policy (a looped bag, a restarted player, a camera switching modes):
     ``on_stamp_backwards``: a stamp not after the previous frame's ``reset``s the stream (the
@@ -221,6 +233,8 @@ class SessionConfig:
     max_special_frames: Optional[int] = None  # trajectory memory within a window; None: all
     max_cache_bytes: Optional[int] = None  # KV pool byte budget; None: device memory
     rollover_keyframes: Optional[int] = 320  # keyframes per segment; None: one endless segment
+    rollover_mode: str = "blocking"  # blocking | sliced (the anchor step beside the stream)
+    rollover_slices_per_frame: int = 2  # sliced: anchor-step slices queued per streaming frame
     keyframes: KeyframeConfig = KeyframeConfig()
     preprocess: PreprocessConfig = PreprocessConfig()
     with_depth: bool = True  # run the depth head on every frame (else only when needed)
@@ -261,6 +275,10 @@ class SessionConfig:
                 raise ValueError(f"rollover_keyframes ({self.rollover_keyframes}) must exceed "
                                  f"num_scale_frames ({self.num_scale_frames}): a window starts "
                                  "with that many anchors")
+        if self.rollover_mode not in ROLLOVER_MODES:
+            raise ValueError(f"rollover_mode must be one of {ROLLOVER_MODES}, "
+                             f"got {self.rollover_mode!r}")
+        check_positive_int("rollover_slices_per_frame", self.rollover_slices_per_frame)
         if not isinstance(self.keyframes, KeyframeConfig):
             raise ValueError("keyframes must be a KeyframeConfig")
         if not isinstance(self.preprocess, PreprocessConfig):
@@ -287,7 +305,7 @@ class SessionConfig:
 
     def cache_extra(self) -> dict:
         """CacheConfig fields beyond the model's shapes: retention and pool sizing."""
-        chunk = (self.rollover_keyframes + 1 if self.rollover_keyframes is not None
+        chunk = (self.segment_capacity() if self.rollover_keyframes is not None
                  and self.max_special_frames is None else 1024)  # one window never grows
         return {"max_special_frames": self.max_special_frames, "max_cache_bytes":
                 self.max_cache_bytes, "special_chunk_frames": chunk}
@@ -299,4 +317,11 @@ class SessionConfig:
 
     def camera_chunk_frames(self) -> int:
         """Camera-head cache capacity step: one window's keyframes when rolling over."""
-        return self.rollover_keyframes + 1 if self.rollover_keyframes is not None else 256
+        return self.segment_capacity() if self.rollover_keyframes is not None else 256
+
+    def segment_capacity(self) -> int:
+        """Frames one segment's caches hold without growing: its keyframes, the step in
+        flight, and with ``rollover_mode: sliced`` the keyframes taken while the next
+        segment is built (``ROLLOVER_SLACK_KEYFRAMES``). Needs ``rollover_keyframes``."""
+        slack = ROLLOVER_SLACK_KEYFRAMES if self.rollover_mode == "sliced" else 0
+        return self.rollover_keyframes + 1 + slack

@@ -230,7 +230,7 @@ def summarise(values) -> dict:
 def counters(diag: dict) -> dict:
     out = {}
     for k, v in diag.items():
-        if k in ("received", "processed") or k.startswith(("dropped_", "rejected_",
+        if k in ("received", "processed", "rollovers") or k.startswith(("dropped_", "rejected_",
                                                              "failed_", "restart_")):
             try:
                 out[k] = int(v)
@@ -258,7 +258,8 @@ def phase(args, consumer: Consumer, node_pid: int, rate: float, frames: int, sta
         diag = dict(consumer.diag)
     sent = [tuple(int(x) for x in line.split()) for line in log.read_text().splitlines()]
     e2e, node_lat, compute, overhead, order = [], [], [], [], []
-    for stamp, t_pub in sent:
+    per_frame = []  # (frame number in the phase, compute ms, overhead ms) of processed frames
+    for number, (stamp, t_pub) in enumerate(sent):
         if stamp in pose_t:
             e2e.append((pose_t[stamp] - t_pub) / 1e6)
             order.append(stamp)
@@ -267,6 +268,7 @@ def phase(args, consumer: Consumer, node_pid: int, rate: float, frames: int, sta
             node_lat.append(lat)
             compute.append(comp)
             overhead.append(lat - comp)
+            per_frame.append((number, comp, lat - comp))
     delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
     n10 = max(1, len(e2e) // 10)
     received, processed = delta.get("received", 0), delta.get("processed", 0)
@@ -275,10 +277,12 @@ def phase(args, consumer: Consumer, node_pid: int, rate: float, frames: int, sta
         "poses_received": len(e2e), "node_received": received, "node_processed": processed,
         "share_processed": processed / received if received else None,
         "drops_by_reason": {k: v for k, v in delta.items()
-                            if v and k not in ("received", "processed")},
+                            if v and k not in ("received", "processed", "rollovers")},
+        "rollovers": delta.get("rollovers"),
         "latency_camera_to_pose_ms": summarise(e2e),
         "latency_node_ms": summarise(node_lat), "compute_ms": summarise(compute),
         "ros_overhead_ms": summarise(overhead),
+        "stalls": stall_attribution(per_frame, len(sent)),
         "latency_last10_over_first10": (float(np.median(e2e[-n10:]) / np.median(e2e[:n10]))
                                         if len(e2e) >= 20 else None),
         "node_cpu_pct_of_one_core": 100.0 * (cpu1 - cpu0) / (t1 - t0),
@@ -287,6 +291,27 @@ def phase(args, consumer: Consumer, node_pid: int, rate: float, frames: int, sta
         "attention": diag.get("attention"), "fast_path": diag.get("fast_path"),
         "graph_captures": diag.get("graph_captures"),
     }
+
+
+def stall_attribution(per_frame, sent: int, after: int = 60) -> dict:
+    """Which drops and which ROS overhead follow a stall: a processed frame whose compute
+    took over 2.5x the phase's median (a rollover's anchor batch, the first scale phase).
+    ``dropped_within_5_of_stall``: frames never processed within 5 frames after a stall
+    frame (they arrived while it ran); ``ros_overhead_ms_away_from_stalls``: the overhead of
+    the frames more than ``after`` frames after any stall (the backlog drained)."""
+    if not per_frame:
+        return {}
+    median = float(np.median([c for _, c, _ in per_frame]))
+    stalls = [(n, round(c, 1)) for n, c, _ in per_frame if c > 2.5 * median]
+    processed = {n for n, _, _ in per_frame}
+    dropped = [n for n in range(sent) if n not in processed]
+    starts = [n for n, _ in stalls]
+    near = [d for d in dropped if any(0 < d - s <= 5 for s in starts)]
+    away = [o for n, _, o in per_frame if not any(0 <= n - s <= after for s in starts)]
+    return {"threshold_ms": round(2.5 * median, 1), "frames": stalls,
+            "dropped_frames": dropped, "dropped_within_5_of_stall": len(near),
+            f"frames_within_{after}_after_a_stall": len(per_frame) - len(away),
+            "ros_overhead_ms_away_from_stalls": summarise(away)}
 
 
 def parse_variants(text: str) -> list[tuple[str, list[str]]]:

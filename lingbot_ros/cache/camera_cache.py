@@ -88,14 +88,16 @@ class CameraKVCache:
         self.generation += 1
         self._txn = None
 
-    def state_dict(self) -> tuple[dict, torch.Tensor]:
+    def state_dict(self, to_host: bool = True) -> tuple[dict, torch.Tensor]:
         """(plain data, tensor) of the committed frames between steps: the frame count and
         their keys and values, (iterations, layers, 2, frames, heads, head_dim), copied to
-        the host in the cache's dtype. ``TransactionError`` while a step is pending."""
+        the host in the cache's dtype (``to_host=False``: a copy on the cache's device).
+        ``TransactionError`` while a step is pending."""
         if self._txn is not None:
             raise TransactionError("a camera-cache step is pending: a snapshot is taken "
                                    "between steps")
-        return {"num_frames": self.num_frames}, self.data[:, :, :, :self.num_frames].cpu()
+        frames = self.data[:, :, :, :self.num_frames]
+        return {"num_frames": self.num_frames}, frames.cpu() if to_host else frames.clone()
 
     def load_state_dict(self, state: dict, data: torch.Tensor) -> None:
         """Forget everything, then hold the frames of ``state_dict``'s output (the storage

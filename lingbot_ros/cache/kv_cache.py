@@ -114,19 +114,21 @@ class PagedKVCache:
         )
         return stats
 
-    def state_dict(self) -> tuple[dict, dict[str, torch.Tensor]]:
+    def state_dict(self, to_host: bool = True) -> tuple[dict, dict[str, torch.Tensor]]:
         """(plain data, tensors) of the committed state between steps: the page table's
         bookkeeping, and every layer's pages in logical order, copied to the host with the
         cache's dtype: ``patch`` (layers, scale + window frames, 2, page_size, heads,
         head_dim) and ``special`` (layers, pinned + live chunks, ...). No page ids: they are
-        remapped when loaded. The device->host copy is the only wait."""
+        remapped when loaded. The device->host copy is the only wait (``to_host=False``:
+        copies on the cache's device)."""
         state = self.table.state_dict()
         patch_pages, special_pages = self._logical_pages()
         data = self.storage.data
         tensors = {}
         for name, pages in (("patch", patch_pages), ("special", special_pages)):
             index = torch.tensor(pages, dtype=torch.int64, device=data.device)
-            tensors[name] = data.index_select(1, index).cpu()
+            pages_of = data.index_select(1, index)
+            tensors[name] = pages_of.cpu() if to_host else pages_of
         return state, tensors
 
     def load_state_dict(self, state: dict, tensors: dict[str, torch.Tensor]) -> None:

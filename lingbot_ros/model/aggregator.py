@@ -20,7 +20,7 @@ from .config import AggregatorConfig, DinoConfig
 from .dino import DinoEncoder
 from .layers import Block
 from .rope import FrameRope, VideoRope
-from .step import StepContext
+from .step import Slices, StepContext, run_to_end
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -114,13 +114,22 @@ class Aggregator(nn.Module):
         Returns:
             The selected layers, each (n, T, 2C): concat of frame- and global-block outputs.
         """
+        return run_to_end(self.forward_slices(images, step, slice_dino=False))
+
+    def forward_slices(self, images: Tensor, step: StepContext,
+                       slice_dino: bool = True) -> Slices[list[Tensor]]:
+        """``forward`` cut after each frame and global block, and after each DINO block
+        with ``slice_dino`` (else DINO is one module call, which its hooks see)."""
         n, _, height, width = images.shape
         c = self.config
         fused = step.fused
         grid_hw = (height // self.patch_size, width // self.patch_size)
-        with record_function("lingbot/dino"):
+        with record_function("lingbot/dino"):  # (open across its slices' yields)
             normed = ((images - self.image_mean) / self.image_std).to(self.dtype)
-            patches = self.patch_embed(normed, fused)  # (n, h*w, C)
+            if slice_dino:
+                patches = yield from self.patch_embed.forward_slices(normed, fused)
+            else:
+                patches = self.patch_embed(normed, fused)  # (n, h*w, C)
         specials = self.special_tokens(step.first_frame, n, step.num_scale_frames)  # (n, S, C)
         x = torch.cat([specials, patches], dim=1)  # (n, T, C)
         tokens = x.shape[1]
@@ -136,6 +145,7 @@ class Aggregator(nn.Module):
             nxt = self.global_blocks[i].norm1 if chain else None
             with record_function("lingbot/frame_block"):
                 x, h = self.frame_blocks[i](x, frame_rope, fused, h, nxt)  # (n, T, C)
+            yield
             frame_out = x
             nxt = self.frame_blocks[i + 1].norm1 if chain and i + 1 < c.depth else None
             with record_function("lingbot/global_block"):  # attention included
@@ -146,6 +156,7 @@ class Aggregator(nn.Module):
             h = h.reshape(n, tokens, -1) if h is not None else None
             if i in c.selected_layers:
                 selected.append(torch.cat([frame_out, x], dim=-1))  # (n, T, 2C)
+            yield
         return selected
 
     def video_rope(self, first_frame: int, num_frames: int,

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from .config import DinoConfig
 from .fused_kernels import UNFUSED, FusedKernels
 from .layers import Block
+from .step import Slices, run_to_end
 
 
 class PatchProjection(nn.Module):
@@ -75,6 +76,10 @@ class DinoEncoder(nn.Module):
         Returns:
             (B, h*w, C) final-normed patch tokens (cls and register outputs dropped).
         """
+        return run_to_end(self.forward_slices(images, fused))
+
+    def forward_slices(self, images: Tensor, fused: FusedKernels = UNFUSED) -> Slices[Tensor]:
+        """``forward`` cut after each block (``Slices``)."""
         b, _, height, width = images.shape
         grid_hw = (height // self.patch_size, width // self.patch_size)
         x = self.patch_embed(images)  # (B, h*w, C)
@@ -87,9 +92,11 @@ class DinoEncoder(nn.Module):
             for j, block in enumerate(self.blocks):
                 nxt = self.blocks[j + 1].norm1 if j + 1 < len(self.blocks) else self.norm
                 x, h = block(x, None, fused, h, nxt)
+                yield
             x = h  # the final norm came with the last block
         else:
             for block in self.blocks:
                 x, _ = block(x)
+                yield
             x = self.norm(x)
         return x[:, 1 + self.config.num_register_tokens:]  # (B, h*w, C)

@@ -31,7 +31,7 @@ from .dpt_head import DPTHead, activate_depth, activate_points
 from .fp8_mlp import Fp8Mlp
 from .layers import Attention
 from .pose import pose_to_c2w, pose_to_intrinsics
-from .step import StepContext
+from .step import Slices, StepContext
 
 
 
@@ -147,31 +147,52 @@ class GCTModel(nn.Module):
         Returns:
             The ``StepOutputs`` fields.
         """
-        image_hw = (images.shape[2], images.shape[3])
-        device_type = images.device.type
         # No autocast: the aggregator runs in its weights' dtype with explicit float32 islands
         # (see ``prepare``), which saves the ~1,000 casts per frame autocast would launch.
-        with torch.autocast(device_type, enabled=False):
+        with torch.autocast(images.device.type, enabled=False):
             raw_layers = self.aggregator(images.float(), step)  # aggregator dtype
-            # heads in float32 (a bf16 depth head takes the aggregator's tokens as they are)
-            layers = [t.float() for t in raw_layers]  # each (n, T, 2C)
-            with record_function("lingbot/camera_head"):
-                pose_list = self.camera_head(layers[-1][:, 0], step.camera)
-            pose_enc = pose_list[-1]  # (n, 9)
-            out = dict(pose_enc=pose_enc, pose_enc_list=torch.stack(pose_list),
-                       c2w=pose_to_c2w(pose_enc), intrinsics=pose_to_intrinsics(pose_enc, image_hw))
-            patch_start = self.config.aggregator.num_special_tokens
-            if step.with_depth and self.depth_head is not None:
-                with record_function("lingbot/depth_head"):
-                    head_dtype = self.depth_head.norm.weight.dtype  # fp32, or bf16 if set
-                    head_in = layers if head_dtype == torch.float32 else [
-                        t.to(head_dtype) for t in raw_layers]
-                    out["depth"], out["depth_conf"] = activate_depth(
-                        self.depth_head(head_in, patch_start, image_hw).float())
-            if step.with_points and self.point_head is not None:
-                out["world_points"], out["world_points_conf"] = activate_points(
-                    self.point_head(layers, patch_start, image_hw))
+            out, layers = self._pose_outputs(raw_layers, step, images.shape[2:])
+            self._dense_outputs(out, layers, raw_layers, step, images.shape[2:])
         return out
+
+    def forward_slices(self, images: Tensor, step: StepContext) -> Slices[dict[str, Tensor]]:
+        """``forward`` cut after each DINO, frame and global block and after the camera
+        head (``Slices``): the session runs a rollover's anchor step a few slices per
+        streaming frame. Resume it with autocast off and without grad, as ``forward`` runs."""
+        raw_layers = yield from self.aggregator.forward_slices(images.float(), step)
+        out, layers = self._pose_outputs(raw_layers, step, images.shape[2:])
+        yield
+        self._dense_outputs(out, layers, raw_layers, step, images.shape[2:])
+        return out
+
+    def _pose_outputs(self, raw_layers: list[Tensor], step: StepContext,
+                      image_hw) -> tuple[dict[str, Tensor], list[Tensor]]:
+        """The camera head's outputs, and the selected layers in float32 for the heads."""
+        image_hw = (int(image_hw[0]), int(image_hw[1]))
+        # heads in float32 (a bf16 depth head takes the aggregator's tokens as they are)
+        layers = [t.float() for t in raw_layers]  # each (n, T, 2C)
+        with record_function("lingbot/camera_head"):
+            pose_list = self.camera_head(layers[-1][:, 0], step.camera)
+        pose_enc = pose_list[-1]  # (n, 9)
+        return dict(pose_enc=pose_enc, pose_enc_list=torch.stack(pose_list),
+                    c2w=pose_to_c2w(pose_enc),
+                    intrinsics=pose_to_intrinsics(pose_enc, image_hw)), layers
+
+    def _dense_outputs(self, out: dict, layers: list[Tensor], raw_layers: list[Tensor],
+                       step: StepContext, image_hw) -> None:
+        """The depth and point heads' outputs into ``out`` (those the step asks for)."""
+        image_hw = (int(image_hw[0]), int(image_hw[1]))
+        patch_start = self.config.aggregator.num_special_tokens
+        if step.with_depth and self.depth_head is not None:
+            with record_function("lingbot/depth_head"):
+                head_dtype = self.depth_head.norm.weight.dtype  # fp32, or bf16 if set
+                head_in = layers if head_dtype == torch.float32 else [
+                    t.to(head_dtype) for t in raw_layers]
+                out["depth"], out["depth_conf"] = activate_depth(
+                    self.depth_head(head_in, patch_start, image_hw).float())
+        if step.with_points and self.point_head is not None:
+            out["world_points"], out["world_points_conf"] = activate_points(
+                self.point_head(layers, patch_start, image_hw))
 
     def check_images(self, images: Tensor, num_scale_frames: int) -> int:
         """Raise ValueError unless ``images`` is a valid step input; return its frame count."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Generator, Optional, TypeVar
 
 from torch import Tensor
 
@@ -14,6 +14,23 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..cache.camera_cache import CameraCacheTxn
     from ..cache.frame_txn import KVWriter
     from .rope import VideoRope
+
+
+T = TypeVar("T")
+
+#: A step's forward cut into slices: each ``next`` queues the next stretch of its kernels
+#: (a block, a head) and returns; ``StopIteration.value`` is the step's result. Draining it
+#: at once (``run_to_end``) runs exactly the kernels of the plain forward, in its order.
+Slices = Generator[None, None, T]
+
+
+def run_to_end(slices: "Slices[T]") -> T:
+    """Run every slice of a sliced forward; its result."""
+    while True:
+        try:
+            next(slices)
+        except StopIteration as stop:
+            return stop.value
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ from typing import Any, Callable, Optional
 
 from ..config import (ATTENTION_BACKENDS, FLASHINFER_VARIANTS, FUSED_KERNEL_MODES,
                       HEAD_PRECISIONS, KEYFRAME_POLICIES, MAX_KV_SPLITS, MLP_PRECISIONS,
-                      MODEL_PRESETS, PRECISIONS, STAMP_BACKWARDS_POLICIES)
+                      MODEL_PRESETS, PRECISIONS, ROLLOVER_MODES,
+                      STAMP_BACKWARDS_POLICIES)
 from ..scale.config import BEFORE_LOCK_POLICIES, SCALE_SOURCES
 
 IMAGE_QOS = ("auto", "sensor_data", "reliable")  # qos.image (ros/image_input.py)
@@ -132,6 +133,12 @@ PARAMS: tuple[Param, ...] = (
     P("session.rollover_keyframes", int, 320, "session.rollover_keyframes",
       "keyframes per segment (then a new Sim(3)-aligned segment); 0 = never roll over",
       range=(0, 100_000), to_config=none_if_zero),
+    P("session.rollover_mode", str, "blocking", "session.rollover_mode",
+      "blocking (the new segment's anchor step between two frames) | sliced (built beside "
+      "the stream, a few slices per frame: no stall at a rollover)", choices=ROLLOVER_MODES),
+    P("session.rollover_slices_per_frame", int, 2, "session.rollover_slices_per_frame",
+      "sliced rollovers: anchor-step slices (one block each) queued behind each frame",
+      range=(1, 1000)),
     P("session.with_depth", bool, True, "session.with_depth",
       "run the depth head on every frame (else only for frames whose depth is read)"),
     P("session.on_stamp_backwards", str, "reset", "session.on_stamp_backwards",

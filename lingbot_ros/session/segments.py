@@ -89,14 +89,23 @@ class Segments:
             depth = self.align.apply_depth(depth.float())
         self._recent.append(AnchorFrame(image, index, c2w_world, depth))
 
+    def next_anchors(self) -> list[AnchorFrame]:
+        """The recent keyframes: the next segment's anchors, oldest first."""
+        return list(self._recent)
+
     def roll_over(self, runner, policy) -> Rollover:
         """Start the next segment on the recent keyframes (the stream's caches and keyframe
         policy restart) and align it to the current one."""
-        anchors = list(self._recent)
+        anchors = self.next_anchors()
         runner.reset()
         policy.reset()
         outputs, txn = runner.step(torch.stack([a.image for a in anchors]), StepKind.KEYFRAME)
         txn.commit()
+        return self.start_next(anchors, outputs)
+
+    def start_next(self, anchors: list[AnchorFrame], outputs) -> Rollover:
+        """The next segment starts on ``anchors``, whose anchor step gave ``outputs`` (its
+        caches hold them): aligned to the current one, counted, recorded."""
         last = len(anchors) - 1
         prev_depths = [a.depth for a in anchors]
         paired = [i for i, d in enumerate(prev_depths) if d is not None]

@@ -49,12 +49,13 @@ import numpy as np
 import torch
 
 from ..cache import StepKind
-from ..config import SessionConfig
+from ..config import ROLLOVER_SLACK_KEYFRAMES, SessionConfig
 from ..geometry import Trajectory
 from ..model import StepOutputs
 from .frame_upload import FrameUpload
 from .input_policy import InputPolicy, SessionEvent
 from .keyframes import make_policy
+from .next_segment import NextSegment
 from .readback import HostReadback
 from .results import Frame, frame_result, host_tensors
 from .segments import Rollover, Segments
@@ -108,6 +109,7 @@ class StreamingSession:
         self._input = InputPolicy(config)  # stamps and sizes
         self._policy = make_policy(config.keyframes)  # keyframes
         self._segments = Segments(config)  # world alignment, rollovers, next anchors
+        self._next = NextSegment(model, config)  # a sliced rollover's anchor step, building
         # The stream's caches, backend and graphs; sized on the first frame (patch grid).
         self._runner: Optional[StreamRunner] = None
         self._model_hw: Optional[tuple[int, int]] = None
@@ -184,8 +186,10 @@ class StreamingSession:
         # this one's). Its outcome is reported after this frame's step is queued, off the
         # GPU's idle time, unless the stream changes first (a restart, a new size, a rollover).
         closed = self._close_flight()
-        stream_changes = (restart is not None or hw != self._model_hw
-                          or (closed is not None and closed.rollover_due))
+        blocking_rollover = (closed is not None and closed.rollover_due
+                             and self.config.rollover_mode == "blocking")
+        stream_changes = (restart is not None or hw != self._model_hw or blocking_rollover
+                          or self._next.built)
         frame = None
         try:
             if not stream_changes:
@@ -197,6 +201,8 @@ class StreamingSession:
                 self._restart(restart)
             if hw != self._model_hw:
                 self._allocate(hw)
+            if self._next.built:  # a sliced rollover's anchors are ready: the new segment
+                self._start_next_segment()
             frame = self._take(tensor, stamp_ns, crop, t0, with_depth)
         return frame.ticket
 
@@ -271,7 +277,8 @@ class StreamingSession:
             "scale_frames_buffered": len(self._anchors),
             "startup_latency_frames": self.config.num_scale_frames,
             "segment": segments.number, "segment_keyframes": segments.keyframes,
-            "rollovers": c["rollovers"], "model_hw": self._model_hw,
+            "rollovers": c["rollovers"], "rollover_building": self._next.pending,
+            "rollover_build_failures": c["rollover_build_failed"], "model_hw": self._model_hw,
             "restarts": sum(self._restarts.values()), "restarts_by_reason": dict(self._restarts),
             "trajectory_poses": len(self.trajectory),
             "latency_ms": self._latency.summary(),
@@ -310,13 +317,17 @@ class StreamingSession:
         policy, segments, the runner's caches) plus the pipeline's own (frame counters,
         buffered scale-phase frames, trajectory, statistics). Only at a frame boundary:
         ``SnapshotError`` while a frame is in flight or outcomes wait to be collected
-        (``collect()`` first). The device->host copy is the only wait."""
+        (``collect()`` first). The device->host copy is the only wait. A rollover being
+        built beside the stream (``rollover_mode: sliced``) is finished first, and its
+        segment starts at this boundary."""
         if self._flight is not None:
             raise SnapshotError("a frame is in flight: collect() it first (a snapshot is "
                                 "taken between frames)")
         if self._ready:
             raise SnapshotError(f"{len(self._ready)} outcome(s) not yet collected: collect() "
                                 "them first (a snapshot is taken between frames)")
+        if self._next.pending:  # a sliced rollover: finished and started here, between frames
+            self._start_next_segment()
         return session_state(
             model_hw=self._model_hw, next_index=self._next_index, next_ticket=self._next_ticket,
             counts=self._counts, restarts=self._restarts, events=self._events,
@@ -333,6 +344,7 @@ class StreamingSession:
         # -- swap (nothing below can fail) --
         if self._take_flight() is not None:
             self._readback.discard()
+        self._next.drop()
         self._ready = []
         self._runner, self._model_hw = loaded.runner, loaded.model_hw
         self._input, self._policy = loaded.inputs, loaded.policy
@@ -388,6 +400,11 @@ class StreamingSession:
             return frame
         self._flight = self._launch(frame, with_depth)
         self._plan_ahead(self._flight)
+        if self._next.pending:  # queued behind this frame's step: the GPU runs it first
+            try:
+                self._next.advance(self.config.rollover_slices_per_frame)
+            except Exception:  # noqa: BLE001 -- dropped; the next keyframe starts it again
+                self._counts["rollover_build_failed"] += 1
         return frame
 
     def _restart(self, event: SessionEvent) -> None:
@@ -399,6 +416,7 @@ class StreamingSession:
     def _clear_stream(self) -> None:
         if self._take_flight() is not None:  # (only a reset gets here with one)
             self._readback.discard()
+        self._next.drop()
         self._anchors = []
         self._next_index = 0
         self._input.reset()
@@ -415,6 +433,7 @@ class StreamingSession:
         return flight
 
     def _allocate(self, hw: tuple[int, int]) -> None:
+        self._next.drop()
         self._runner = None  # free the old size's GPU memory before allocating the new one
         self._runner = StreamRunner(self.model, self.config, hw, laps=self._laps)
         self._model_hw = hw
@@ -521,9 +540,27 @@ class StreamingSession:
                               outputs.depth[0, ..., 0] if outputs.depth is not None else None)
         self._publish([result])
         if closed.rollover_due:
+            self._roll_over()
+        self._laps.lap("report")
+
+    def _roll_over(self) -> None:
+        """The segment is complete: blocking, the next one starts now; sliced, its anchor
+        step starts building beside the stream (or, past the slack, is finished now)."""
+        segments = self._segments
+        if self.config.rollover_mode == "blocking":
             segments.roll_over(self._runner, self._policy)
             self._counts["rollovers"] += 1
-        self._laps.lap("report")
+        elif not self._next.pending:
+            self._next.start(segments.next_anchors(), self._model_hw)
+        elif segments.keyframes >= self.config.rollover_keyframes + ROLLOVER_SLACK_KEYFRAMES:
+            self._next.advance()  # the caches' slack is used up: built now, taken next frame
+
+    def _start_next_segment(self) -> None:
+        """Between two frames: the built anchors become the stream's new segment."""
+        anchors, outputs = self._next.take(self._runner)
+        self._policy.reset()
+        self._segments.start_next(anchors, outputs)
+        self._counts["rollovers"] += 1
 
     def _publish(self, results: list[FrameResult]) -> None:
         """The one place results change the session: trajectory, counters, latency, queue."""
@@ -552,4 +589,5 @@ class StreamingSession:
         policy, and the next segment's anchors."""
         cfg = self.config
         wanted = cfg.with_depth if wanted is None else wanted and cfg.with_depth
-        return wanted or cfg.keyframes.policy == "flow" or self._segments.near_rollover()
+        return (wanted or cfg.keyframes.policy == "flow"
+                or (self._segments.near_rollover() and not self._next.pending))

@@ -30,7 +30,7 @@ import torch
 from ..attention import check_backend, choose_backend, make_backend
 from ..cache import CameraKVCache, PagedKVCache, StepForecast, StepKind, TransactionError
 from ..config import SessionConfig
-from ..model import FusedKernels, StepContext, StepOutputs
+from ..model import FusedKernels, Slices, StepContext, StepOutputs
 from .graph_step import GraphCaptureError, GraphedStep
 from .stats import HostLaps
 from .step_txn import StepTxn
@@ -218,12 +218,56 @@ class StreamRunner:
             txn = self.begin(images.shape[0], kind)  # the fast path is off now
             return self.run(images, txn, with_depth=with_depth), txn
 
-    def state_dict(self) -> tuple[dict, dict[str, torch.Tensor]]:
+    def run_slices(self, images: torch.Tensor, txn: StepTxn, *,
+                   with_depth: bool = True) -> Slices[StepOutputs]:
+        """``run`` for an eager step cut into slices (``GCTModel.forward_slices``): each
+        ``next`` queues one block's kernels (no grad, autocast off) and returns; the last
+        gives the ``StepOutputs``. Planned when it is created. The step is rolled back if a
+        slice raises or the slices are closed unfinished (``close()``)."""
+        if txn.state != "pending":
+            raise TransactionError(f"cannot run: this step is already {txn.state}")
+        try:
+            self._check_images(images, txn)
+            grid_hw = self.model.config.patch_grid(self.image_hw)
+            rope = self.model.aggregator.video_rope(txn.first_frame, txn.num_frames, grid_hw)
+            self.backend.plan(txn.frame_txn.layout)
+        except Exception:
+            txn.rollback()
+            raise
+        return self._slices(images, txn, rope, with_depth)
+
+    def _slices(self, images, txn: StepTxn, rope, with_depth: bool) -> Slices[StepOutputs]:
+        context = StepContext(txn.first_frame, self.config.num_scale_frames, rope,
+                              txn.frame_txn, txn.camera_txn, self.backend, self.fused,
+                              with_depth, True)
+        model_slices = self.model.forward_slices(images, context)
+        done = False
+        try:
+            while True:
+                with torch.no_grad(), torch.autocast(images.device.type, enabled=False):
+                    try:
+                        next(model_slices)
+                    except StopIteration as stop:
+                        done = True
+                        return StepOutputs(**stop.value)
+                yield
+        finally:
+            if not done and txn.state == "pending":
+                txn.rollback()
+
+    def adopt(self, other: "StreamRunner") -> None:
+        """Hold ``other``'s committed frames instead of this runner's own (a rollover's
+        anchors, built beside this stream on a runner of the same model and size): copied
+        device to device; this runner's allocations and graphs are kept."""
+        state, tensors = other.state_dict(to_host=False)
+        self.load_state_dict(state, tensors)
+
+    def state_dict(self, to_host: bool = True) -> tuple[dict, dict[str, torch.Tensor]]:
         """(plain data, host tensors) of both caches between steps (``PagedKVCache`` and
         ``CameraKVCache.state_dict``): ``kv_patch``, ``kv_special``, ``camera``. The
-        device->host copy is the only wait."""
-        kv_state, kv = self.kv_cache.state_dict()
-        camera_state, camera = self.camera_cache.state_dict()
+        device->host copy is the only wait (``to_host=False``: device copies, no wait)."""
+        kv_state, kv = self.kv_cache.state_dict(to_host)
+        camera_state, camera = self.camera_cache.state_dict(to_host)
         return ({"image_hw": list(self.image_hw), "kv_cache": kv_state,
                  "camera_cache": camera_state},
                 {"kv_patch": kv["patch"], "kv_special": kv["special"], "camera": camera})
