@@ -46,6 +46,11 @@ def main(args=None) -> int:
     except (KeyboardInterrupt, _Stopped):
         print("lingbot_ros: interrupted while starting; exiting", file=sys.stderr)
         return 0
+    except Exception:  # _Stopped raised inside an extension's init comes out as ImportError
+        if not _signalled:
+            raise
+        print("lingbot_ros: interrupted while starting; exiting", file=sys.stderr)
+        return 0
     try:
         rclpy.init(args=args)  # from here on rclpy's handlers shut the context down
         node = LingbotNode()
@@ -54,6 +59,9 @@ def main(args=None) -> int:
         rclpy.try_shutdown()
         return 0
     except Exception as exc:  # noqa: BLE001 -- a malformed --params-file or --ros-args
+        if _signalled:  # the signal's exception, wrapped on its way out
+            rclpy.try_shutdown()
+            return 0
         print(f"lingbot_ros: cannot start: {type(exc).__name__}: {exc}".rstrip(),
               file=sys.stderr)
         rclpy.try_shutdown()
