@@ -151,8 +151,9 @@ class GCTModel(nn.Module):
         # (see ``prepare``), which saves the ~1,000 casts per frame autocast would launch.
         with torch.autocast(images.device.type, enabled=False):
             raw_layers = self.aggregator(images.float(), step)  # aggregator dtype
-            out, layers = self._pose_outputs(raw_layers, step, images.shape[2:])
-            self._dense_outputs(out, layers, raw_layers, step, images.shape[2:])
+            image_hw = (images.shape[2], images.shape[3])
+            out, layers = self._pose_outputs(raw_layers, step, image_hw)
+            self._dense_outputs(out, layers, raw_layers, step, image_hw)
         return out
 
     def forward_slices(self, images: Tensor, step: StepContext) -> Slices[dict[str, Tensor]]:
@@ -160,15 +161,15 @@ class GCTModel(nn.Module):
         head (``Slices``): the session runs a rollover's anchor step a few slices per
         streaming frame. Resume it with autocast off and without grad, as ``forward`` runs."""
         raw_layers = yield from self.aggregator.forward_slices(images.float(), step)
-        out, layers = self._pose_outputs(raw_layers, step, images.shape[2:])
+        image_hw = (images.shape[2], images.shape[3])
+        out, layers = self._pose_outputs(raw_layers, step, image_hw)
         yield
-        self._dense_outputs(out, layers, raw_layers, step, images.shape[2:])
+        self._dense_outputs(out, layers, raw_layers, step, image_hw)
         return out
 
     def _pose_outputs(self, raw_layers: list[Tensor], step: StepContext,
-                      image_hw) -> tuple[dict[str, Tensor], list[Tensor]]:
+                      image_hw: tuple[int, int]) -> tuple[dict[str, Tensor], list[Tensor]]:
         """The camera head's outputs, and the selected layers in float32 for the heads."""
-        image_hw = (int(image_hw[0]), int(image_hw[1]))
         # heads in float32 (a bf16 depth head takes the aggregator's tokens as they are)
         layers = [t.float() for t in raw_layers]  # each (n, T, 2C)
         with record_function("lingbot/camera_head"):
@@ -179,9 +180,8 @@ class GCTModel(nn.Module):
                     intrinsics=pose_to_intrinsics(pose_enc, image_hw)), layers
 
     def _dense_outputs(self, out: dict, layers: list[Tensor], raw_layers: list[Tensor],
-                       step: StepContext, image_hw) -> None:
+                       step: StepContext, image_hw: tuple[int, int]) -> None:
         """The depth and point heads' outputs into ``out`` (those the step asks for)."""
-        image_hw = (int(image_hw[0]), int(image_hw[1]))
         patch_start = self.config.aggregator.num_special_tokens
         if step.with_depth and self.depth_head is not None:
             with record_function("lingbot/depth_head"):

@@ -43,11 +43,10 @@ def main(args=None) -> int:
         from rclpy.executors import SingleThreadedExecutor
 
         from .node import ConfigureInterrupted, LingbotNode
-    except (KeyboardInterrupt, _Stopped):
-        print("lingbot_ros: interrupted while starting; exiting", file=sys.stderr)
-        return 0
-    except Exception:  # _Stopped raised inside an extension's init comes out as ImportError
-        if not _signalled:
+    except (KeyboardInterrupt, Exception) as exc:
+        # A signal's _Stopped may come out wrapped (raised inside an extension module's
+        # init, it is an ImportError): once a signal arrived, whatever is raised is the way out.
+        if not (_signalled or isinstance(exc, KeyboardInterrupt)):
             raise
         print("lingbot_ros: interrupted while starting; exiting", file=sys.stderr)
         return 0

@@ -174,3 +174,21 @@ def test_sliced_caches_hold_the_slack_so_nothing_grows_meanwhile():
     assert s.info()["rollovers"] >= 2
     assert (s.runner.camera_cache.data.data_ptr(), s.runner.kv_cache.storage.data.data_ptr()) \
         == (camera, storage)
+
+
+def test_a_build_still_running_when_the_slack_is_used_up_is_finished_at_once(monkeypatch):
+    import lingbot_ros.session.session as session_module
+    monkeypatch.setattr(session_module, "ROLLOVER_SLACK_KEYFRAMES", 2)
+    cfg = config(rollover_mode="sliced", rollover_slices_per_frame=1,
+                 keyframes=KeyframeConfig(policy="all"))
+    s = StreamingSession(micro_model(), cfg)
+    results = run(s, frames(30, seed=14))
+    assert s.info()["rollovers"] >= 2
+    for roll in s.rollovers:
+        switch = next(r.index for r in results if r.segment == roll.segment)
+        # slack 2 at one keyframe per frame (push: a frame's step closes in its own push):
+        # started by the completing frame, one slice by the next, finished at once by the
+        # one after it (the segment then holds rollover_keyframes + 2), taken by the third
+        assert switch == roll.frame_index + 3, (roll.frame_index, switch)
+    # a segment never holds more than rollover_keyframes + slack + 1 frames
+    assert s.runner.camera_cache.num_frames <= 7 + 2 + 1
