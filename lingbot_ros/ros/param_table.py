@@ -135,7 +135,8 @@ PARAMS: tuple[Param, ...] = (
       range=(0, 100_000), to_config=none_if_zero),
     P("session.rollover_mode", str, "blocking", "session.rollover_mode",
       "blocking (the new segment's anchor step between two frames) | sliced (built beside "
-      "the stream, a few slices per frame: no stall at a rollover)", choices=ROLLOVER_MODES),
+      "the stream, a few slices per frame: no stall at a rollover; for camera rate)",
+      choices=ROLLOVER_MODES),
     P("session.rollover_slices_per_frame", int, 2, "session.rollover_slices_per_frame",
       "sliced rollovers: anchor-step slices (one block each) queued behind each frame",
       range=(1, 1000)),

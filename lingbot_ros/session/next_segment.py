@@ -21,7 +21,7 @@ import torch
 from ..cache import StepKind
 from ..config import SessionConfig
 from ..model import Slices, StepOutputs
-from .segments import AnchorFrame
+from .segments import AnchorFrame, anchor_of, anchor_state
 from .step_txn import StepTxn
 from .stream_runner import StreamRunner
 
@@ -103,6 +103,25 @@ class NextSegment:
         self._anchors, self._txn, self._outputs = [], None, None
         if self._runner is not None:
             self._runner.reset()
+
+    # -- snapshot --------------------------------------------------------------------------
+    def state_dict(self) -> Optional[dict]:
+        """The build as snapshot data (None: none running): its anchors and how far it got.
+        Its caches are not saved: the slices are deterministic, so ``load_state_dict`` runs
+        the same ones again and the build switches at the frame it would have."""
+        if not self.pending:
+            return None
+        return {"anchors": [anchor_state(a) for a in self._anchors],
+                "slices_run": self.slices_run, "built": self.built}
+
+    def load_state_dict(self, state: Optional[dict], image_hw, device) -> None:
+        """Take back ``state_dict``'s output: the build starts again on its anchors and runs
+        as many slices as it had (queued on the device now)."""
+        self.drop()
+        if state is None:
+            return
+        self.start([anchor_of(a, device) for a in state["anchors"]], image_hw)
+        self.advance(None if state["built"] else int(state["slices_run"]))
 
     def info(self) -> dict:
         return {"rollover_building": self.pending, "rollover_slices_run": self.slices_run}

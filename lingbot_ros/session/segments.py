@@ -130,10 +130,7 @@ class Segments:
         return {
             "started": self.started, "number": self.number, "keyframes": self.keyframes,
             "align": _sim3_state(self.align),
-            "recent": [{"image": a.image.detach().cpu().clone(), "index": a.index,
-                        "c2w": np.array(a.c2w, dtype=np.float64),
-                        "depth": None if a.depth is None else a.depth.detach().cpu().clone()}
-                       for a in self._recent],
+            "recent": [anchor_state(a) for a in self._recent],
             "rollovers": [{"segment": r.segment, "frame_index": r.frame_index,
                            "alignment": _sim3_state(r.alignment),
                            "anchor_c2w_published": np.array(r.anchor_c2w_published),
@@ -143,11 +140,7 @@ class Segments:
 
     def load_state_dict(self, state: dict, device="cpu") -> None:
         """Take back ``state_dict``'s output; its tensors go to ``device``."""
-        recent = [AnchorFrame(torch.as_tensor(a["image"]).to(device), int(a["index"]),
-                              np.asarray(a["c2w"], dtype=np.float64),
-                              None if a["depth"] is None
-                              else torch.as_tensor(a["depth"]).to(device))
-                  for a in state["recent"]]
+        recent = [anchor_of(a, device) for a in state["recent"]]
         rollovers = [Rollover(int(r["segment"]), int(r["frame_index"]),
                               _sim3_of(r["alignment"]),
                               np.asarray(r["anchor_c2w_published"], dtype=np.float64),
@@ -161,6 +154,21 @@ class Segments:
         self.align = align
         self._recent.extend(recent)
         self.rollovers.extend(rollovers)
+
+
+def anchor_state(anchor: AnchorFrame) -> dict:
+    """A kept keyframe as snapshot data (host copies)."""
+    return {"image": anchor.image.detach().cpu().clone(), "index": anchor.index,
+            "c2w": np.array(anchor.c2w, dtype=np.float64),
+            "depth": None if anchor.depth is None else anchor.depth.detach().cpu().clone()}
+
+
+def anchor_of(state: dict, device) -> AnchorFrame:
+    """``anchor_state``'s output back, its tensors on ``device``."""
+    return AnchorFrame(torch.as_tensor(state["image"]).to(device), int(state["index"]),
+                       np.asarray(state["c2w"], dtype=np.float64),
+                       None if state["depth"] is None
+                       else torch.as_tensor(state["depth"]).to(device))
 
 
 def _sim3_state(sim3: Sim3) -> dict:

@@ -318,22 +318,20 @@ class StreamingSession:
         buffered scale-phase frames, trajectory, statistics). Only at a frame boundary:
         ``SnapshotError`` while a frame is in flight or outcomes wait to be collected
         (``collect()`` first). The device->host copy is the only wait. A rollover being
-        built beside the stream (``rollover_mode: sliced``) is finished first, and its
-        segment starts at this boundary."""
+        built beside the stream (``rollover_mode: sliced``) is saved as its anchors and
+        progress (``NextSegment.state_dict``)."""
         if self._flight is not None:
             raise SnapshotError("a frame is in flight: collect() it first (a snapshot is "
                                 "taken between frames)")
         if self._ready:
             raise SnapshotError(f"{len(self._ready)} outcome(s) not yet collected: collect() "
                                 "them first (a snapshot is taken between frames)")
-        if self._next.pending:  # a sliced rollover: finished and started here, between frames
-            self._start_next_segment()
         return session_state(
             model_hw=self._model_hw, next_index=self._next_index, next_ticket=self._next_ticket,
             counts=self._counts, restarts=self._restarts, events=self._events,
             latency=self._latency, inputs=self._input, policy=self._policy,
             segments=self._segments, trajectory=self.trajectory, anchors=self._anchors,
-            runner=self._runner)
+            runner=self._runner, next_segment=self._next)
 
     def load_state_dict(self, state: dict) -> None:
         """Continue the stream of ``state_dict``'s output (of a session of the same model and
@@ -347,6 +345,7 @@ class StreamingSession:
         self._next.drop()
         self._ready = []
         self._runner, self._model_hw = loaded.runner, loaded.model_hw
+        self._next = loaded.next_segment
         self._input, self._policy = loaded.inputs, loaded.policy
         self._segments, self._latency = loaded.segments, loaded.latency
         self.trajectory.reset()

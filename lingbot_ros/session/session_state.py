@@ -27,6 +27,7 @@ from ..geometry import Trajectory
 from ..preprocess import CropInfo
 from .input_policy import InputPolicy, SessionEvent
 from .keyframes import KeyframePolicy, make_policy
+from .next_segment import NextSegment
 from .results import Frame
 from .segments import Segments
 from .snapshot import SnapshotError, check_compatible, read_snapshot
@@ -42,7 +43,7 @@ def session_state(*, model_hw: Optional[tuple[int, int]], next_index: int, next_
                   counts: Counter, restarts: Counter, events, latency: LatencyWindow,
                   inputs: InputPolicy, policy: KeyframePolicy, segments: Segments,
                   trajectory: Trajectory, anchors: list[Frame],
-                  runner: Optional[StreamRunner]) -> dict:
+                  runner: Optional[StreamRunner], next_segment: NextSegment) -> dict:
     """The stream's state tree (``StreamingSession.state_dict``): JSON-able values, numpy
     arrays and host tensors. The runner's device->host copy is the only wait."""
     stamps, poses = trajectory.snapshot()
@@ -64,6 +65,7 @@ def session_state(*, model_hw: Optional[tuple[int, int]], next_index: int, next_
                      "crop": {k: list(getattr(f.crop, k)) for k in _CROP_FIELDS},
                      "index": f.index, "ticket": f.ticket} for f in anchors],
         "runner": runner_state,
+        "next_segment": next_segment.state_dict(),  # a sliced rollover being built, or None
     }
 
 
@@ -74,6 +76,7 @@ class LoadedState:
 
     model_hw: Optional[tuple[int, int]]
     runner: Optional[StreamRunner]  # a fresh runner holding the saved pages
+    next_segment: NextSegment  # a sliced rollover's build, rerun to where it was
     inputs: InputPolicy
     policy: KeyframePolicy
     segments: Segments
@@ -118,8 +121,14 @@ def load_session_state(state: dict, model, config: SessionConfig,
         runner = StreamRunner(model, config, hw, laps=laps)
         runner.load_state_dict(state["runner"]["state"], state["runner"]["tensors"])
     events = [SessionEvent(e["kind"], e["message"]) for e in state["events"]]
+    next_segment = NextSegment(model, config)
+    build = state.get("next_segment")  # (absent in snapshots made before sliced rollovers)
+    if build is not None:  # (the stream configuration, its rollover mode too, was checked)
+        if hw is None:
+            raise SnapshotError("the state has a rollover being built but no model input size")
+        next_segment.load_state_dict(build, hw, dev)
     return LoadedState(
-        model_hw=hw, runner=runner, inputs=inputs, policy=policy, segments=segments,
+        model_hw=hw, runner=runner, next_segment=next_segment, inputs=inputs, policy=policy, segments=segments,
         latency=latency, trajectory=trajectory, anchors=anchors,
         next_index=int(state["next_index"]), next_ticket=int(state["next_ticket"]),
         counts=Counter({k: int(v) for k, v in state["counts"].items()}),

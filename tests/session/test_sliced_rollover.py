@@ -11,7 +11,7 @@ import torch
 from lingbot_ros.cache import StepKind
 from lingbot_ros.config import KeyframeConfig, SessionConfig
 from lingbot_ros.model import run_to_end
-from lingbot_ros.session import StreamingSession
+from lingbot_ros.session import SnapshotError, StreamingSession
 from lingbot_ros.session.stream_runner import StreamRunner
 from tests.session.micro_model import SIZE_42x56, micro_model
 from tests.session.test_pipelined_session import pipelined
@@ -137,23 +137,43 @@ def test_a_reset_drops_the_build_and_the_stream_starts_afresh():
         np.testing.assert_array_equal(a.c2w, b.c2w)
 
 
-def test_a_snapshot_during_a_build_starts_the_new_segment_and_restores(tmp_path):
+@pytest.mark.parametrize("after", [0, 1, 5, 10, 11])
+def test_a_stream_saved_during_a_build_continues_as_the_uninterrupted_one(tmp_path, after):
+    # saved `after` frames into the build (10: every slice queued; 11: built, not taken): the
+    # restored build reruns its slices and switches at the frame the original does
     cfg = config(rollover_mode="sliced", rollover_slices_per_frame=1)
-    imgs = frames(30, seed=11)
+    imgs = frames(40, seed=11)
     s = StreamingSession(micro_model(), cfg)
     n = frames_until_building(s, imgs)
+    run(s, imgs[n:n + after], first=n)
+    n += after
+    assert s.info()["rollover_building"]
     segment = s.info()["segment"]
     s.snapshot(tmp_path / "snap")
-    # the build was finished and taken at this boundary
-    assert not s.info()["rollover_building"] and s.info()["segment"] == segment + 1
     restored = StreamingSession(micro_model(), cfg)
     restored.restore(tmp_path / "snap")
-    rest = imgs[n:n + 10]
+    assert restored.info()["rollover_building"]
+    rest = imgs[n:n + 16]
     a, b = run(s, rest, first=n), run(restored, rest, first=n)
     assert [r.index for r in a] == [r.index for r in b] and a
+    assert a[-1].segment == segment + 1  # the switch is among them
     for x, y in zip(a, b):
-        assert x.segment == y.segment
+        assert (x.segment, x.keyframe) == (y.segment, y.keyframe)
         np.testing.assert_array_equal(x.c2w, y.c2w)
+
+
+def test_a_sliced_stream_is_not_restored_into_a_blocking_one(tmp_path):
+    # the mode sizes the caches (the slack) and decides when the saved segment ends: refused
+    # with the difference named, the running stream untouched
+    s = StreamingSession(micro_model(), config(rollover_mode="sliced"))
+    run(s, frames(5, seed=15))
+    s.snapshot(tmp_path / "snap")
+    blocking = StreamingSession(micro_model(), config())
+    run(blocking, frames(5, seed=16))
+    before = blocking.info()["frames_processed"]
+    with pytest.raises(SnapshotError, match="rollover_mode: saved 'sliced', here 'blocking'"):
+        blocking.restore(tmp_path / "snap")
+    assert blocking.info()["frames_processed"] == before
 
 
 @pytest.mark.parametrize("bad", [{"rollover_mode": "later"}, {"rollover_slices_per_frame": 0}])
