@@ -110,7 +110,10 @@ def _launch_until(tmp_path: Path, marker: str, timeout: float = 150.0):
     """Launch, wait for ``marker`` in the output, send one SIGINT; (status, output, params)."""
     env = launch_environment(tmp_path)
     params = tiny_params_file(tmp_path / "params.yaml")
-    cmd = ["timeout", "--preserve-status", "-k", "20", "-s", "INT", str(int(timeout) + 30),
+    # The wrapper's own deadline only guards against an orphan: it covers the wait for the
+    # marker (up to ``timeout``) and the wait after the SIGINT (60 s) with room to spare, so
+    # a launch that became active late on a loaded machine is not killed while it exits.
+    cmd = ["timeout", "--preserve-status", "-k", "20", "-s", "INT", str(int(timeout) + 120),
            ros2_cli(), "launch", *LAUNCH, f"params_file:={params}"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True, cwd=tmp_path)
