@@ -7,6 +7,7 @@ logged at ERROR first); 2 when rclpy cannot start (a malformed ``--params-file``
 """
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import sys
@@ -32,6 +33,9 @@ def _on_signal(signum, frame):
 
 def main(args=None) -> int:
     global _starting
+    # A native crash (an abort in a C++ library, a segfault) prints every thread's Python
+    # stack to stderr before the process dies: the log says where it happened.
+    faulthandler.enable(all_threads=True)
     # Until the node exists, SIGTERM ends the start as Ctrl-C does. rclpy.init installs its
     # own handlers, which call these too: they then note the signal (and SIGINT raises
     # KeyboardInterrupt, as Python's own handler does).

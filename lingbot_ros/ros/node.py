@@ -86,6 +86,17 @@ class LingbotNode(LifecycleNode):
         # snapshot's map and path until activate
         self.snapshots = NodeSnapshots(self)
 
+    def destroy_node(self) -> None:
+        """Destroy the node's entities and the node itself, including the lifecycle state
+        machine: rclpy's ``LifecycleNode`` leaves that one (which holds the rcl node, so the
+        DDS participant and its threads) to the garbage collector, i.e. to the interpreter's
+        finalization, where tearing DDS down beside exiting threads aborted the process now
+        and then (``terminate called without an active exception``). Idempotent."""
+        super().destroy_node()
+        machine = getattr(self, "_state_machine", None)  # rclpy's; absent in other versions
+        if machine is not None:
+            machine.destroy_when_not_in_use()
+
     # -- lifecycle ---------------------------------------------------------------------------
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Validate parameters, load the model, build the session, warm up, add services.

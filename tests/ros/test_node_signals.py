@@ -3,6 +3,7 @@ that ends the process, Ctrl-C twice, SIGTERM while configuring, a malformed para
 Each exits cleanly (status 0, or 2 with a message for bad input) and prints no traceback."""
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -152,3 +153,21 @@ def test_an_attention_backend_that_cannot_run_fails_at_configure(tmp_path, ros_e
         log = node.log()
     assert "configure failed" in log and "needs the KV cache on a CUDA device" in log, log
     assert "Traceback" not in log
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_the_dds_participant_is_gone_before_the_interpreter_finalizes(tmp_path, ros_env, sig):
+    """main() destroys the node with its lifecycle state machine: rclpy leaves that one to
+    the garbage collector, and the DDS participant it holds was torn down during the
+    interpreter's finalization, beside exiting threads, which now and then aborted the
+    process (``terminate called without an active exception``, status -6)."""
+    from tests.ros.node_harness import node_command
+    ros_args = node_command({})[3:]  # after "python -m lingbot_ros.ros.main"
+    out = subprocess.run([sys.executable, str(REPO / "tests" / "ros" / "exit_probe.py"), sig,
+                          *ros_args], env={**ros_env, "OMP_NUM_THREADS": "1"}, cwd=REPO,
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["rc"] == 0, out.stderr[-3000:]
+    assert report["while_active"], "no Fast DDS thread seen while active: not a test"
+    assert report["after_main"] == [], report
