@@ -36,7 +36,8 @@ import numpy as np
 
 from .. import __version__
 from ..config import (ATTENTION_BACKENDS, FLASHINFER_VARIANTS, HEAD_PRECISIONS,
-                      KEYFRAME_POLICIES, KeyframeConfig, PreprocessConfig, SessionConfig)
+                      KEYFRAME_POLICIES, ROLLOVER_MODES, KeyframeConfig, PreprocessConfig,
+                      SessionConfig)
 from ..geometry import VoxelMap, frame_points, read_tum, write_ply, write_tum
 from ..scale import ScaleConfig
 from ..session import PRESETS, FrameRejected, StreamingSession, load_session_model
@@ -47,6 +48,7 @@ from .offline_scale import (OfflineScale, add_scale_args, parse_scale, parse_sca
 from .trajectory_eval import evaluate
 
 log = logging.getLogger("lingbot_ros.offline")
+SESSION_DEFAULTS = SessionConfig()  # the session's own defaults, for those not set here
 RANDOM_WEIGHTS_NOTICE = (
     "*** NO CHECKPOINT: the network has RANDOM weights; poses, depth and points are NOT "
     "meaningful. Pass --checkpoint lingbot-map.pt for real estimates. ***")
@@ -110,6 +112,15 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    "keyframes")
     p.add_argument("--rollover", type=int, default=320,
                    help="keyframes per segment before a new aligned one (0: never)")
+    p.add_argument("--rollover-mode", choices=ROLLOVER_MODES,
+                   default=SESSION_DEFAULTS.rollover_mode,
+                   help="how a rollover's anchor step runs (the node's "
+                   "session.rollover_mode): blocking (on the frame that ends the segment) or "
+                   "sliced (beside the stream, a few blocks per frame; a node at camera rate "
+                   "runs it so)")
+    p.add_argument("--rollover-slices", type=int,
+                   default=SESSION_DEFAULTS.rollover_slices_per_frame,
+                   help="sliced rollovers: anchor-step slices run per frame")
     p.add_argument("--max-frames", type=int, help="stop after this many input frames")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -146,6 +157,7 @@ def session_config(args, return_depth: Optional[bool] = None) -> SessionConfig:
     return SessionConfig(
         num_scale_frames=args.scale_frames, window=args.window,
         rollover_keyframes=args.rollover or None,
+        rollover_mode=args.rollover_mode, rollover_slices_per_frame=args.rollover_slices,
         keyframes=KeyframeConfig(policy=args.keyframes, n=args.keyframe_n,
                                  flow_threshold=args.flow_threshold, max_gap=args.max_gap),
         preprocess=PreprocessConfig(width=args.width, height=args.height),
@@ -349,7 +361,10 @@ def settings_of(args, config: SessionConfig, info: dict) -> dict:
             "window": config.window, "scale_frames": config.num_scale_frames,
             "keyframes": {"policy": kf.policy, "n": kf.n, "flow_threshold": kf.flow_threshold,
                           "max_gap": kf.max_gap},
-            "rollover_keyframes": config.rollover_keyframes, "device": config.device,
+            "rollover_keyframes": config.rollover_keyframes,
+            "rollover_mode": config.rollover_mode,
+            "rollover_slices_per_frame": config.rollover_slices_per_frame,
+            "device": config.device,
             "attention": info["attention"], "fast_path": info["fast_path"],
             "fused_kernels": info["fused_kernels"],
             "fused_kernel_names": info.get("fused_kernel_names", []),

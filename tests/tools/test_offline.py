@@ -150,3 +150,36 @@ def test_ground_truth_shifted_by_a_millisecond_still_associates(tmp_path, seq):
                  "--max-diff", "0.0005", *FAST]) == 0
     ev = read_summary(too_strict)["evaluation"]
     assert ev["associated"] == 0 and "--max-diff" in ev["error"]
+
+
+def test_sliced_rollovers_offline(tmp_path):
+    """--rollover-mode sliced reaches the session (as a node at camera rate runs it): the
+    poses equal blocking ones up to the first rollover, then go their own way (the segment
+    ends a few frames later, when its next anchors are built); the settings say which."""
+    written = write_image_folder(render_sequence(40, 80, 60), tmp_path / "frames")
+    common = [str(written.path), "--width", "56", "--scale-frames", "2", "--window", "4",
+              "--rollover", "4", "--keyframes", "all", "--no-progress"]
+    tums, summaries = {}, {}
+    for mode in ("blocking", "sliced"):
+        out = tmp_path / mode
+        assert main([*common, "--out", str(out), "--rollover-mode", mode,
+                     "--rollover-slices", "3"]) == 0
+        summaries[mode] = read_summary(out)
+        tums[mode] = file_interface.read_tum_trajectory_file(str(out / "trajectory.tum"))
+    for mode, s in summaries.items():
+        assert s["settings"]["rollover_mode"] == mode
+        assert s["settings"]["rollover_slices_per_frame"] == 3
+        assert s["frames_processed"] == 40 and s["rollovers"] >= 2, (mode, s["rollovers"])
+    blocking, sliced = tums["blocking"].positions_xyz, tums["sliced"].positions_xyz
+    first_rollover = 4  # rollover_keyframes keyframes, anchors included (policy all)
+    np.testing.assert_array_equal(sliced[:first_rollover], blocking[:first_rollover])
+    assert not np.array_equal(sliced[first_rollover], blocking[first_rollover])
+    assert not np.array_equal(sliced, blocking)
+
+
+def test_a_bad_rollover_setting_is_a_clear_error(tmp_path, seq, caplog):
+    written = write_image_folder(seq, tmp_path / "frames")
+    out = tmp_path / "out"
+    assert main([str(written.path), "--out", str(out), "--rollover-mode", "sliced",
+                 "--rollover-slices", "0", *FAST]) == 2
+    assert "rollover_slices_per_frame" in caplog.text and not out.exists()
