@@ -9,7 +9,9 @@
 #           tests, parity against eager torch_ref with the fp32 heads over 450 frames (pose and
 #           depth), and each alone beside the default in one run
 #   PART=N: the node at 30 Hz (scripts/node_bench.py), one change at a time in one run:
-#           base, gc_freeze, a third queue slot, scale.source depth (needs .rosbundle)
+#           base, sliced rollovers, the raw image take, both (needs .rosbundle; earlier
+#           runs' variants -- gc_freeze, a third queue slot, scale.source depth -- in
+#           docs/performance.md, with their VARIANTS)
 #   PART=V: verification after a restructure (the GPU issue's part 1): the GPU tests, the
 #           fast path vs eager torch_ref per keyframe policy (450 frames: pose <= 1e-2,
 #           keyframe decisions identical), and default:3000 (FPS, flatness, memory)
@@ -52,7 +54,7 @@ P)
 N)
   source scripts/gpu_ros_env.sh
   python3 scripts/node_bench.py --device cuda --preset official --rates "${RATES:-30:1500}" \
-    --variants "${VARIANTS:-base;gc_freeze=gc_freeze:=true;queue3=queue_size:=3;scale_depth=scale.source:=depth}" \
+    --variants "${VARIANTS:-base;sliced=session.rollover_mode:=sliced;raw=topics.image_raw_take:=true;sliced_raw=session.rollover_mode:=sliced+topics.image_raw_take:=true}" \
     --out "$OUT/node_bench_n.json" 2>&1 | grep -v "^ \|^{\|^}" | tail -40 | tee "$OUT/node_bench_n.log"
   ;;
 C)

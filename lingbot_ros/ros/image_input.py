@@ -25,7 +25,10 @@ from typing import Callable, Optional
 
 from rclpy.clock import Clock, ClockType
 from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import Image
 
+from ..image_decode import ImageRejected
+from .image_cdr import parse_image
 from .topics import image_subscription
 
 AUTO_CHECK_PERIOD_S = 1.0
@@ -46,14 +49,19 @@ class ImageInput:
     """Created on activate, destroyed on deactivate (``destroy``)."""
 
     def __init__(self, node, cfg, callback: Callable, topic: Optional[tuple[str, type]] = None,
-                 label: str = "image input") -> None:
+                 label: str = "image input",
+                 on_malformed: Optional[Callable[[ImageRejected], None]] = None) -> None:
         """``topic``: (resolved name, message type); default the image input's
-        (``image_subscription``: remaps, /compressed). ``label`` names it in the log."""
+        (``image_subscription``: remaps, /compressed). ``label`` names it in the log.
+        ``on_malformed``: given, and the type is ``sensor_msgs/Image``, the images are taken
+        as serialized bytes (``parse_image``: ``callback`` gets a ``RawImage``) and bytes
+        that do not parse go to ``on_malformed``."""
         self._node = node
         self._cfg = cfg
         self._callback = callback
         self._label = label
         self.topic, self._msg_type = topic or image_subscription(node, cfg)
+        self._on_malformed = on_malformed if self._msg_type is Image else None
         self._sub = None
         self._old_sub = None  # kept during a hand-over, until the new one matched
         self._recent: deque = deque(maxlen=32)  # stamps delivered during a hand-over
@@ -97,6 +105,14 @@ class ImageInput:
         if reliability != self.reliability:
             self._subscribe(reliability, why)
 
+    def _deliver_raw(self, serialized: bytes) -> None:
+        try:
+            msg = parse_image(serialized)
+        except ImageRejected as exc:
+            self._on_malformed(exc)
+            return
+        self._deliver(msg)
+
     def _deliver(self, msg) -> None:
         """During a hand-over both subscriptions may deliver an image: pass it on once."""
         if self._old_sub is not None:
@@ -111,9 +127,12 @@ class ImageInput:
             self._node.destroy_subscription(self._old_sub)
         self._old_sub = self._sub
         qos = QoSProfile(depth=self._cfg.image_qos_depth, reliability=reliability)
-        self._sub = self._node.create_subscription(self._msg_type, self.topic, self._deliver,
-                                                   qos)
+        raw = self._on_malformed is not None
+        self._sub = self._node.create_subscription(
+            self._msg_type, self.topic, self._deliver_raw if raw else self._deliver, qos,
+            raw=raw)
         changed = self.reliability is not None
         self.reliability, self.why = reliability, why
         self._node.get_logger().info(
-            f"{self._label} {self.topic}: {'now ' if changed else ''}{self.describe()}")
+            f"{self._label} {self.topic}: {'now ' if changed else ''}{self.describe()}"
+            + (" (taken as serialized bytes)" if raw and not changed else ""))

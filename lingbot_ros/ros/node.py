@@ -201,7 +201,9 @@ class LingbotNode(LifecycleNode):
             robot_frames=self.robot_frames, log=self.get_logger(), queue_size=cfg.queue_size,
             max_image_pixels=cfg.max_image_pixels, use_compressed=cfg.use_compressed,
             alive=self.context.ok, scale=self.scale, scale_topic=self.scale_topic)
-        self.image_input = ImageInput(self, cfg, self._on_image)  # its QoS fits the camera
+        self.image_input = ImageInput(  # its QoS fits the camera
+            self, cfg, self._on_image,
+            on_malformed=self._on_malformed_image if cfg.image_raw_take else None)
         self._subs = [self.create_subscription(CameraInfo, cfg.camera_info_topic,
                                                self._on_camera_info, qos_profile_sensor_data)]
         self._subs += scale_inputs(self)
@@ -338,6 +340,14 @@ class LingbotNode(LifecycleNode):
             return
         if worker.offer(msg, now):
             self.telemetry.count("dropped_queue_full")
+
+    def _on_malformed_image(self, exc) -> None:
+        """``topics.image_raw_take``: bytes that are no Image (``ImageRejected``): received,
+        rejected and counted like an image the worker cannot convert."""
+        self.telemetry.image_received(time.monotonic())
+        self.telemetry.count(f"rejected_{exc.reason}")
+        self.get_logger().warning(f"image rejected ({exc.reason}): {exc.detail}",
+                                  throttle_duration_sec=2.0)
 
     def _on_camera_info(self, msg: CameraInfo) -> None:
         self.camera_info = msg

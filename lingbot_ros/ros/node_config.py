@@ -18,6 +18,7 @@ class NodeConfig:
 
     image_topic: str = "image"
     use_compressed: bool = False  # subscribe <image_topic>/compressed (CompressedImage)
+    image_raw_take: bool = False  # images as CDR bytes, read by ros/image_cdr.py
     camera_info_topic: str = "camera_info"
     image_qos: str = "auto"  # auto (fits the publishers) | sensor_data (best effort) | reliable
     image_qos_depth: int = 5
