@@ -179,8 +179,8 @@ PARAMS: tuple[Param, ...] = (
     P("topics.use_compressed", bool, False, "node.use_compressed",
       "subscribe <topics.image>/compressed instead"),
     P("topics.image_raw_take", bool, False, "node.image_raw_take",
-      "take the images as serialized bytes and read them without building a Python message "
-      "(less GIL held per image; not for /compressed)"),
+      "take the images (and the aligned depth) as serialized bytes and read them without "
+      "building a Python message (less GIL held per image; not for /compressed)"),
     P("topics.camera_info", str, "camera_info", "node.camera_info_topic",
       "camera info topic (optional input)"),
     P("qos.image", str, "auto", "node.image_qos", "auto (reliable when every image "

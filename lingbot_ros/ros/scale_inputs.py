@@ -47,7 +47,9 @@ def scale_inputs(node) -> list:
                      if cfg.image_qos == "reliable" else ReliabilityPolicy.BEST_EFFORT)
     if source == "depth":  # as large as a colour image: the image input's QoS policy
         return [ImageInput(node, cfg, _depth_callback(node), label="aligned depth input",
-                           topic=(node.resolve_topic_name("aligned_depth"), Image))]
+                           topic=(node.resolve_topic_name("aligned_depth"), Image),
+                           on_malformed=_malformed_depth(node) if cfg.image_raw_take
+                           else None)]
     if source == "odometry" and from_tf:
         log.info(
             f"scale.source odometry: {cfg.odom_frame} -> {cfg.base_frame} of another node "
@@ -70,6 +72,14 @@ def _depth_callback(node):
         if scale is not None:
             scale.push_depth(msg)
     return on_depth
+
+
+def _malformed_depth(node):
+    def on_malformed(exc) -> None:  # topics.image_raw_take: bytes that are no Image
+        node.telemetry.count(f"depth_rejected_{exc.reason}")
+        node.get_logger().warning(f"aligned depth image rejected ({exc.reason}): "
+                                  f"{exc.detail}", throttle_duration_sec=2.0)
+    return on_malformed
 
 
 def _odometry_callback(node):

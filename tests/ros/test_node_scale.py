@@ -100,16 +100,25 @@ def send_depth(probe, images, expected, k: float = K) -> None:
                      lambda: f"{len(images)} depth images received ({probe.last_diag()})")
 
 
-def test_depth_source_locks_at_k_and_every_output_is_in_metres(tmp_path, ros_env):
+@pytest.mark.parametrize("raw_take", [False, True])
+def test_depth_source_locks_at_k_and_every_output_is_in_metres(tmp_path, ros_env, raw_take):
+    """``raw_take``: the colour and depth images are read from their serialized bytes
+    (topics.image_raw_take): the same outputs."""
     images = good_images(FRAMES, width=W, height=H)
     stamps = [stamp_ns(m.header.stamp) for m in images]
     expected = expected_results(images)
     assert all(r.crop.resized_hw == r.crop.input_hw == (H, W) for r in expected.values())
-    params = {**SCALE, "scale.source": "depth"}
+    params = {**SCALE, "scale.source": "depth", "topics.image_raw_take": raw_take}
     with NodeProcess(ros_env, tmp_path, params) as node, ScaleProbe(static_msgs()) as probe:
         probe.wait_active(node)
         probe.wait_static_delivered()
         send_depth(probe, images, expected)
+        if raw_take:  # bytes that are no Image on the depth topic: refused and counted
+            from rclpy.serialization import serialize_message
+            probe.depth_pub.publish(serialize_message(depth_msg(
+                np.ones((H, W), np.float32), images[0].header.stamp))[:-8])
+            probe.wait_until(lambda: probe.counter("depth_rejected_decode_failed") == 1, 30,
+                             lambda: f"the malformed depth counted ({probe.last_diag()})")
         # qos.image auto: a reliable depth publisher gets a reliable subscription (large
         # images lose fragments best effort), as the colour image does
         from rclpy.qos import ReliabilityPolicy
@@ -196,6 +205,8 @@ def test_depth_source_locks_at_k_and_every_output_is_in_metres(tmp_path, ros_env
         assert float(values["scale_metres_per_unit"]) == pytest.approx(K, rel=1e-3)
         assert values["scale_source"] == "depth" and values["scale_units"] == "m"
     assert node.poll() is not None
+    taken_raw = node.log().count("(taken as serialized bytes)")  # image and depth inputs
+    assert taken_raw == (2 if raw_take else 0), node.log()[-3000:]
 
 
 def test_fixed_scale_converts_from_the_first_frame(tmp_path, ros_env):
