@@ -1,4 +1,4 @@
-"""RawImage: a ``sensor_msgs/Image`` read from its serialized bytes (``input.raw_take``).
+"""RawImage: a ``sensor_msgs/Image`` read from its serialized bytes (``topics.image_raw_take``).
 
 Why: for every image, rclpy's take builds a Python message while holding the GIL, and the
 worker (the model's host code) waits. A subscription with ``raw=True`` hands over the CDR
@@ -62,7 +62,7 @@ class _Reader:
         return start
 
     def number(self, code: str, what: str) -> int:
-        size = struct.calcsize(code)
+        size = struct.calcsize("<" + code)  # the standard sizes CDR uses
         self._at = _ENCAPSULATION + -(-(self._at - _ENCAPSULATION) // size) * size  # align
         return struct.unpack_from(self._order + code, self._view, self._take(size, what))[0]
 
