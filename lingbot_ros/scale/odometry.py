@@ -105,6 +105,39 @@ class PoseBuffer:
         return interpolate_pose(self._poses[i - 1], self._poses[i], (stamp_s - t0) / (t1 - t0))
 
 
+class _BaselineWalk:
+    """The fit's pairing, one frame at a time from the newest back: each frame is paired with
+    the last paired one (the newest, first) when the odometry base moved at least
+    ``odom_min_step_m`` between them, until the pairs' path reaches ``min_baseline_m``.
+    Frame numbers count back: 0 is the newest."""
+
+    def __init__(self, config: ScaleConfig) -> None:
+        self._min_step = config.odom_min_step_m
+        self._min_baseline = config.min_baseline_m
+        self.pairs: list[tuple[int, int]] = []  # (older, newer) frame numbers, newest first
+        self.path = 0.0  # metres of base motion over the pairs
+        self._anchor: Optional[tuple[int, list]] = None  # the last paired frame, its position
+        self._count = 0
+
+    @property
+    def long_enough(self) -> bool:
+        return self.path >= self._min_baseline
+
+    def add(self, position: list) -> bool:
+        """The next older frame's base position (3 floats, metres); True once the pairs'
+        path is long enough (no older frame changes the fit)."""
+        number, self._count = self._count, self._count + 1
+        if self._anchor is None:
+            self._anchor = (number, position)
+            return False
+        step = math.dist(self._anchor[1], position)
+        if step >= self._min_step:
+            self.pairs.append((number, self._anchor[0]))
+            self.path += step
+            self._anchor = (number, position)
+        return self.long_enough
+
+
 def fit_odometry_scale(c2w: np.ndarray, odom: np.ndarray, T_base_optical: np.ndarray,
                        config: ScaleConfig) -> Union[tuple[float, int], str]:
     """Frames in time order: ``c2w`` (N, 4, 4) model poses, ``odom`` (N, 4, 4) the base in
@@ -114,24 +147,19 @@ def fit_odometry_scale(c2w: np.ndarray, odom: np.ndarray, T_base_optical: np.nda
     odom = np.asarray(odom, dtype=np.float64)
     if not (np.isfinite(c2w).all() and np.isfinite(odom).all()):
         return "non_finite"
-    pos = odom[:, :3, 3].tolist()
-    pairs, path, j = [], 0.0, len(c2w) - 1
-    for i in range(len(c2w) - 2, -1, -1):  # newest back: pair i with the last anchor j
-        step = math.dist(pos[j], pos[i])
-        if step >= config.odom_min_step_m:
-            pairs.append((i, j))
-            path += step
-            j = i
-            if path >= config.min_baseline_m:
-                break
-    if path < config.min_baseline_m:
-        if path > 0:
+    walk = _BaselineWalk(config)
+    for position in odom[::-1, :3, 3].tolist():
+        if walk.add(position):
+            break
+    if not walk.long_enough:
+        if walk.path > 0:
             return "short_baseline"
         r = odom[:-1, :3, :3].transpose(0, 2, 1) @ odom[1:, :3, :3]
         turned = rotation_angle(r).sum()
         return "pure_rotation" if turned > TURN_RAD else "stationary"
-    i_idx = np.array([p[0] for p in pairs])
-    j_idx = np.array([p[1] for p in pairs])
+    last = len(c2w) - 1  # frame numbers back -> indices in time order
+    i_idx = np.array([last - older for older, _ in walk.pairs])
+    j_idx = np.array([last - newer for _, newer in walk.pairs])
     bo = np.asarray(T_base_optical, dtype=np.float64)
     t_ob = rigid_inverse(bo)[:3, 3]
     ri_t = c2w[i_idx, :3, :3].transpose(0, 2, 1)  # (P, 3, 3) R_i^T
@@ -147,7 +175,7 @@ def fit_odometry_scale(c2w: np.ndarray, odom: np.ndarray, T_base_optical: np.nda
     k = float((a * (d - b)).sum()) / aa
     if not (math.isfinite(k) and k > 0):
         return "degenerate"
-    return k, len(pairs)
+    return k, len(walk.pairs)
 
 
 class OdometrySource:
@@ -190,8 +218,9 @@ class OdometrySource:
         self._frames.append([float(stamp_s), c2w, None])  # [stamp, c2w, odometry pose]
         stamps, poses, odoms = [], [], []
         last: Optional[Rejection] = None
+        walk = _BaselineWalk(self._config)  # where the fit stops: no older frame is needed
         for frame in reversed(self._frames):
-            if frame[2] is None:  # interpolated once, when the odometry covers the stamp
+            if frame[2] is None:  # interpolated once: the first walk back that finds it covered
                 o = self._odom.at(frame[0])
                 if isinstance(o, Rejection):
                     if odoms:
@@ -202,6 +231,8 @@ class OdometrySource:
             stamps.append(frame[0])
             poses.append(frame[1])
             odoms.append(frame[2])
+            if walk.add(frame[2][:3, 3].tolist()):
+                break
         if len(odoms) < 2:
             return last if last is not None else Rejection(stamp_s, "stationary",
                                                            "one frame in the window")

@@ -93,6 +93,30 @@ def test_stationary_stretch_gives_no_sample_and_is_skipped():
     assert first_still == "stationary"
 
 
+@pytest.mark.parametrize("kind", ["arc", "stop_go", "spin", "still"])
+def test_each_sample_is_the_fit_over_the_whole_covered_window(kind):
+    """The source stops walking back once the pairs' path reaches min_baseline_m (the frames
+    before it cannot change the fit); every result, sample or reason, is still exactly the
+    fit over all the window's frames (the window's own bookkeeping, here: all covered)."""
+    T_bo = mount(forward=0.3, up=0.2, pitch_down_rad=0.2)
+    n = 240
+    odom = base_path(kind, n, DT, speed=0.6, yaw_rate=0.5)
+    c2w = model_poses(odom, T_bo, 0.8)
+    c2w[:, :3, 3] += np.random.default_rng(5).normal(0, 1e-3, (n, 3))
+    source = OdometrySource(CFG, T_bo)
+    for i, r in enumerate(run(source, odom, c2w, np.arange(n) * DT)):
+        lo = max(0, i + 1 - CFG.odom_window)
+        if i == 0:
+            assert isinstance(r, Rejection)
+            continue
+        fit = fit_odometry_scale(c2w[lo:i + 1], odom[lo:i + 1], T_bo, CFG)
+        if isinstance(fit, str):
+            assert isinstance(r, Rejection) and r.reason == fit, (i, r, fit)
+        else:
+            assert isinstance(r, ScaleSample), (i, r, fit)
+            assert (r.metres_per_unit, r.support) == fit  # bit for bit
+
+
 def test_turning_in_place_is_pure_rotation():
     T_bo = mount(forward=0.3)
     odom = base_path("spin", 60, DT, yaw_rate=1.0)
