@@ -8,10 +8,11 @@
 #   PART=P: the 40 FPS candidates (the depth head in bf16, FP8 e4m3 MLP GEMMs): their GPU
 #           tests, parity against eager torch_ref with the fp32 heads over 450 frames (pose and
 #           depth), and each alone beside the default in one run
-#   PART=N: the node at 30 Hz (scripts/node_bench.py), one change at a time in one run:
-#           base, sliced rollovers, the raw image take, both (needs .rosbundle; earlier
-#           runs' variants -- gc_freeze, a third queue slot, scale.source depth -- in
-#           docs/performance.md, with their VARIANTS)
+#   PART=N: the node at 30 Hz, 3,000 frames (scripts/node_bench.py), one change at a time
+#           in one run: base and gc_freeze, with the full garbage collections per phase
+#           (needs .rosbundle; earlier runs' variants -- sliced rollovers, the raw image
+#           take, a third queue slot, scale.source depth -- in docs/performance.md, with
+#           their VARIANTS)
 #   PART=V: verification after a restructure (the GPU issue's part 1): the GPU tests, the
 #           fast path vs eager torch_ref per keyframe policy (450 frames: pose <= 1e-2,
 #           keyframe decisions identical), and default:3000 (FPS, flatness, memory)
@@ -53,8 +54,8 @@ P)
   ;;
 N)
   source scripts/gpu_ros_env.sh
-  python3 scripts/node_bench.py --device cuda --preset official --rates "${RATES:-30:1500}" \
-    --variants "${VARIANTS:-base;sliced=session.rollover_mode:=sliced;raw=topics.image_raw_take:=true;sliced_raw=session.rollover_mode:=sliced+topics.image_raw_take:=true}" \
+  python3 scripts/node_bench.py --device cuda --preset official --rates "${RATES:-30:3000}" \
+    --variants "${VARIANTS:-base;gc_freeze=gc_freeze:=true}" \
     --out "$OUT/node_bench_n.json" 2>&1 | grep -v "^ \|^{\|^}" | tail -40 | tee "$OUT/node_bench_n.log"
   ;;
 C)

@@ -18,7 +18,10 @@ status, camera_info, depth, diagnostics). Per phase (one rate) it reports:
   difference (queue wait, decoding, preprocessing, publishing), p50/p99;
 - drops by reason and the share of frames processed (the node's counters);
 - the node's CPU (user + system, in % of one core, from /proc) and GPU memory (diagnostics);
-- latency flatness: p50 of the last 10 % of the phase over the first 10 %.
+- latency flatness: p50 of the last 10 % of the phase over the first 10 %;
+- stalls (frames whose compute took over 2.5x the median) and what followed them, and the
+  node's automatic full garbage collections (``gc``: how many, the longest pause, and the
+  frame each was counted at, to set beside the stalls).
 
 ``--variants``: the node started afresh once per variant, each with its own extra parameters,
 the same phases, in one run (one change at a time against ``base``), e.g.
@@ -157,6 +160,8 @@ class Consumer:
         self.status: dict[int, tuple[float, float]] = {}  # stamp -> (latency, compute) ms
         self.counts: dict[str, int] = {}
         self.diag: dict = {}
+        # (receive monotonic ns, count) each time the node's gc_full_collections changed
+        self.gc_events: list[tuple[int, int]] = []
 
     def __enter__(self):
         self._bg.__enter__()
@@ -208,8 +213,13 @@ class Consumer:
     def _on_diag(self, msg) -> None:
         for st in msg.status:
             if st.name.lstrip("/").startswith("lingbot_ros"):
+                t = time.monotonic_ns()
+                values = {kv.key: kv.value for kv in st.values}
                 with self.lock:
-                    self.diag = {kv.key: kv.value for kv in st.values}
+                    if values.get("gc_full_collections") != self.diag.get(
+                            "gc_full_collections"):
+                        self.gc_events.append((t, int(values.get("gc_full_collections", 0))))
+                    self.diag = values
 
 
 def cpu_seconds(pid: int) -> float:
@@ -230,7 +240,8 @@ def summarise(values) -> dict:
 def counters(diag: dict) -> dict:
     out = {}
     for k, v in diag.items():
-        if k in ("received", "processed", "rollovers") or k.startswith(("dropped_", "rejected_",
+        if k in ("received", "processed", "rollovers", "gc_full_collections") or k.startswith(
+                ("dropped_", "rejected_",
                                                              "failed_", "restart_")):
             try:
                 out[k] = int(v)
@@ -256,6 +267,7 @@ def phase(args, consumer: Consumer, node_pid: int, rate: float, frames: int, sta
         pose_t = dict(consumer.pose_t)
         status = dict(consumer.status)
         diag = dict(consumer.diag)
+        gc_events = list(consumer.gc_events)
     sent = [tuple(int(x) for x in line.split()) for line in log.read_text().splitlines()]
     e2e, node_lat, compute, overhead, order = [], [], [], [], []
     per_frame = []  # (frame number in the phase, compute ms, overhead ms) of processed frames
@@ -277,12 +289,14 @@ def phase(args, consumer: Consumer, node_pid: int, rate: float, frames: int, sta
         "poses_received": len(e2e), "node_received": received, "node_processed": processed,
         "share_processed": processed / received if received else None,
         "drops_by_reason": {k: v for k, v in delta.items()
-                            if v and k not in ("received", "processed", "rollovers")},
+                            if v and k not in ("received", "processed", "rollovers",
+                                               "gc_full_collections")},
         "rollovers": delta.get("rollovers"),
         "latency_camera_to_pose_ms": summarise(e2e),
         "latency_node_ms": summarise(node_lat), "compute_ms": summarise(compute),
         "ros_overhead_ms": summarise(overhead),
         "stalls": stall_attribution(per_frame, len(sent)),
+        "gc": gc_attribution(diag, delta, gc_events, sent),
         "latency_last10_over_first10": (float(np.median(e2e[-n10:]) / np.median(e2e[:n10]))
                                         if len(e2e) >= 20 else None),
         "node_cpu_pct_of_one_core": 100.0 * (cpu1 - cpu0) / (t1 - t0),
@@ -291,6 +305,28 @@ def phase(args, consumer: Consumer, node_pid: int, rate: float, frames: int, sta
         "attention": diag.get("attention"), "fast_path": diag.get("fast_path"),
         "graph_captures": diag.get("graph_captures"),
     }
+
+
+def gc_attribution(diag: dict, delta: dict, events, sent) -> dict:
+    """The node's automatic full garbage collections in the phase (its /diagnostics
+    ``gc_*``): how many, the longest pause since the node started, and for each one the
+    number of the last frame sent before the diagnostics that first counted it (the
+    collection ran in the half second before: compare with ``stalls``)."""
+    def number(value):
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            return None
+    t_first = sent[0][1] if sent else None
+    near = []
+    for t, _ in events:
+        if t_first is None or t < t_first:
+            continue
+        near.append(max((i for i, (_, t_pub) in enumerate(sent) if t_pub <= t), default=0))
+    return {"full_collections": delta.get("gc_full_collections"),
+            "pause_max_ms_since_start": number(diag.get("gc_full_pause_max_ms")),
+            "frozen_objects": number(diag.get("gc_frozen_objects")),
+            "counted_by_frame": near}
 
 
 def stall_attribution(per_frame, sent: int, after: int = 60) -> dict:

@@ -4,7 +4,8 @@
   point (``python -m lingbot_ros.ros.node`` runs it too); ``background_job``: configure's
   heavy part on a thread a signal need not wait for.
 - ``frame_worker``: the worker thread, queue -> session -> outputs (built without a node);
-  ``telemetry``: the node's counters, read as snapshots.
+  ``telemetry``: the node's counters, read as snapshots; ``gc_pauses``: the garbage
+  collector's full collections in the node process, timed.
 - ``param_table``: every parameter, one row each; ``params``: declared, checked and built
   into ``Settings`` from it; ``node_config``: ``NodeConfig``.
 - ``convert``: sensor_msgs Image / CompressedImage <-> numpy arrays, with reject reasons.

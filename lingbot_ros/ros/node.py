@@ -33,6 +33,7 @@ from ..session import StreamingSession
 from . import params
 from .background_job import BackgroundJob
 from .frame_worker import FrameWorker
+from .gc_pauses import GcPauses
 from .image_input import ImageInput
 from .outputs import Outputs
 from .node_config import scale_reads_tf
@@ -67,6 +68,8 @@ class LingbotNode(LifecycleNode):
         self.settings: Optional[params.Settings] = None
         self.session: Optional[StreamingSession] = None
         self.telemetry = NodeTelemetry()  # counters since the node started (written by the worker)
+        self.gc_pauses = GcPauses()  # the collector's full collections, timed (/diagnostics)
+        self.gc_pauses.install()
         self.camera_info: Optional[CameraInfo] = None
         self.paused = False  # ~/pause: images are dropped (counted) while set
         self.robot_frames: Optional[RobotFrames] = None  # the TF chain; while active
@@ -92,6 +95,7 @@ class LingbotNode(LifecycleNode):
         DDS participant and its threads) to the garbage collector, i.e. to the interpreter's
         finalization, where tearing DDS down beside exiting threads aborted the process now
         and then (``terminate called without an active exception``). Idempotent."""
+        self.gc_pauses.uninstall()
         super().destroy_node()
         machine = getattr(self, "_state_machine", None)  # rclpy's; absent in other versions
         if machine is not None:
@@ -159,7 +163,8 @@ class LingbotNode(LifecycleNode):
             return TransitionCallbackReturn.FAILURE
         self._configured = True
         if settings.gc_freeze:  # the model, session and warm-up garbage: never swept again
-            gc.collect()
+            with self.gc_pauses.explicit():
+                gc.collect()
             gc.freeze()
         self.get_logger().info(
             f"configured: {'checkpoint ' + settings.checkpoint if settings.checkpoint else 'random ' + settings.preset} "
@@ -318,7 +323,8 @@ class LingbotNode(LifecycleNode):
         self.snapshots.discard_pending()
         self.telemetry.set_session_info(None)
         gc.unfreeze()  # what gc_freeze kept out of the sweeps can be freed again
-        gc.collect()
+        with self.gc_pauses.explicit():
+            gc.collect()
         try:
             import torch
             if torch.cuda.is_available():

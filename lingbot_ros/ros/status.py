@@ -125,6 +125,7 @@ class Status:
         if frames is not None:
             extra.update(frames.describe())
         extra.update(n.outputs_info())
+        extra.update(n.gc_pauses.describe())
         extra.update(diagnostics.camera_info_check(n.camera_info, t.last_input_hw, t.last_fx))
         msg = diagnostics.build(
             n.get_clock().now().to_msg(), f"{n.get_fully_qualified_name()}: tracking",

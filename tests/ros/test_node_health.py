@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 
 from tests.ros.node_harness import NodeProcess, Probe, good_images, header, stamp_ns
 from tests.ros.robot_probe import RobotProbe, transform_msg
@@ -176,3 +177,26 @@ def test_status_once_per_image_the_worker_takes(tmp_path, ros_env):
         assert len(rejected) == 1 and rejected[0].state == rejected[0].STATE_FAILED, statuses
         assert stamp_ns(rejected[0].header.stamp) == stamp_ns(bad.header.stamp)
         assert max(m.frames_dropped for m in statuses) <= int(d.get("dropped_queue_full", 0))
+
+
+@pytest.mark.parametrize("freeze", [False, True])
+def test_the_collectors_full_collections_are_on_diagnostics(tmp_path, ros_env, freeze):
+    """/diagnostics carries the garbage collector's figures (ros/gc_pauses.py): the full
+    collections and their pauses, consistent, and the objects gc_freeze kept out of them."""
+    node = NodeProcess(ros_env, tmp_path, {**FAST_DIAG, "gc_freeze": freeze})
+    with node, Probe() as probe:
+        probe.wait_active(node)
+        d = probe.wait_until(lambda: (lambda v: v if "gc_full_collections" in v else None)(
+            probe.last_diag()), 30, "gc_* on /diagnostics")
+        count = int(d["gc_full_collections"])
+        assert count >= 0
+        if count == 0:
+            assert float(d["gc_full_pause_max_ms"]) == -1.0
+        else:
+            assert float(d["gc_full_pause_max_ms"]) > 0.0
+        assert float(d["gc_full_pause_total_ms"]) >= max(0.0, float(d["gc_full_pause_max_ms"]))
+        frozen = int(d["gc_frozen_objects"])
+        if freeze:  # everything imported and built by configure: torch, rclpy, the model
+            assert frozen > 50_000, d
+        else:
+            assert frozen == 0, d
