@@ -9,10 +9,10 @@
 #           tests, parity against eager torch_ref with the fp32 heads over 450 frames (pose and
 #           depth), and each alone beside the default in one run
 #   PART=N: the node at 30 Hz, 3,000 frames (scripts/node_bench.py), one change at a time
-#           in one run: base and gc_freeze, with the full garbage collections per phase
-#           (needs .rosbundle; earlier runs' variants -- sliced rollovers, the raw image
-#           take, a third queue slot, scale.source depth -- in docs/performance.md, with
-#           their VARIANTS)
+#           in one run: base (gc_freeze on, the default) and gc_freeze off, with the full
+#           garbage collections per phase (needs .rosbundle; earlier runs' variants --
+#           sliced rollovers, the raw image take, a third queue slot, scale.source depth --
+#           in docs/performance.md, with their VARIANTS)
 #   PART=V: verification after a restructure (the GPU issue's part 1): the GPU tests, the
 #           fast path vs eager torch_ref per keyframe policy (450 frames: pose <= 1e-2,
 #           keyframe decisions identical), and default:3000 (FPS, flatness, memory)
@@ -55,7 +55,7 @@ P)
 N)
   source scripts/gpu_ros_env.sh
   python3 scripts/node_bench.py --device cuda --preset official --rates "${RATES:-30:3000}" \
-    --variants "${VARIANTS:-base;gc_freeze=gc_freeze:=true}" \
+    --variants "${VARIANTS:-base;no_gc_freeze=gc_freeze:=false}" \
     --out "$OUT/node_bench_n.json" 2>&1 | grep -v "^ \|^{\|^}" | tail -40 | tee "$OUT/node_bench_n.log"
   ;;
 C)

