@@ -36,6 +36,7 @@ a random ROS_DOMAIN_ID), set here for all three processes.
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import random
@@ -317,12 +318,8 @@ def gc_attribution(diag: dict, delta: dict, events, sent) -> dict:
             return float(value)
         except (TypeError, ValueError):
             return None
-    t_first = sent[0][1] if sent else None
-    near = []
-    for t, _ in events:
-        if t_first is None or t < t_first:
-            continue
-        near.append(max((i for i, (_, t_pub) in enumerate(sent) if t_pub <= t), default=0))
+    t_pub = [t for _, t in sent]  # the camera's publish times, increasing
+    near = [bisect.bisect_right(t_pub, t) - 1 for t, _ in events if t_pub and t >= t_pub[0]]
     return {"full_collections": delta.get("gc_full_collections"),
             "pause_max_ms_since_start": number(diag.get("gc_full_pause_max_ms")),
             "frozen_objects": number(diag.get("gc_frozen_objects")),
