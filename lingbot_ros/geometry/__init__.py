@@ -6,6 +6,7 @@ Imports numpy and the standard library only: no torch, no rclpy, nothing else of
 ``lingbot_ros`` (tests/test_import_boundaries.py), so the node's TF buffer and the tools can
 use it without loading the model's stack."""
 from .atomic_file import PathLike, write_atomic
+from .file_rules import FileRefused, FileRoot, check_regular, kind_of, read_regular
 from .ply import read_ply, read_ply_comments, write_ply
 from .points import DepthFrame, frame_points
 from .poses import (R_BODY_OPTICAL, T_BODY_OPTICAL, T_OPTICAL_BODY, as_transforms, c2w_to_map,
@@ -17,7 +18,8 @@ from .trajectory import SESSION_FRAME, Trajectory
 from .tum import format_stamp, parse_stamp, read_tum, read_tum_header, write_tum
 from .voxel_map import INDEX_LIMIT, VoxelMap
 
-__all__ = ["PathLike", "write_atomic", "read_ply", "write_ply", "DepthFrame", "frame_points",
+__all__ = ["PathLike", "write_atomic", "FileRefused", "FileRoot", "check_regular", "kind_of",
+           "read_regular", "read_ply", "write_ply", "DepthFrame", "frame_points",
            "R_BODY_OPTICAL", "T_BODY_OPTICAL", "T_OPTICAL_BODY", "as_transforms", "c2w_to_map",
            "interpolate_poses", "matrix_to_tq", "quaternion_to_rotation", "rigid_inverse",
            "rotation_angle", "rotation_vector",

@@ -138,7 +138,10 @@ class Services:
         ok, message, nbytes, frames = node.save_session(path)
         response.success, response.message = ok, message
         response.bytes, response.frames = int(nbytes), int(frames)
-        (node.get_logger().info if ok else node.get_logger().error)(f"~/save_session: {message}")
+        if ok:  # one severity per call site (rclpy refuses a change between calls)
+            node.get_logger().info(f"~/save_session: {message}")
+        else:
+            node.get_logger().error(f"~/save_session: {message}")
         return response
 
     def _load_session(self, request, response):
@@ -152,8 +155,10 @@ class Services:
         path = Path(request.path).expanduser()
         ok, message, frames = node.load_session(path)
         response.success, response.message, response.frames = ok, message, int(frames)
-        (node.get_logger().info if ok else node.get_logger().warning)(
-            f"~/load_session: {message}")
+        if ok:  # one severity per call site (rclpy refuses a change between calls)
+            node.get_logger().info(f"~/load_session: {message}")
+        else:
+            node.get_logger().warning(f"~/load_session: {message}")
         return response
 
 

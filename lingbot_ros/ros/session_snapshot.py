@@ -197,7 +197,10 @@ class NodeSnapshots:
         except Exception as exc:  # noqa: BLE001 -- shutting down anyway: say why
             ok, message = False, f"{type(exc).__name__}: {exc}"
         log = node.get_logger()
-        (log.info if ok else log.error)(f"session.save_on_shutdown: {message}")
+        if ok:  # one severity per call site (rclpy refuses a change between calls)
+            log.info(f"session.save_on_shutdown: {message}")
+        else:
+            log.error(f"session.save_on_shutdown: {message}")
 
     # -- services -----------------------------------------------------------------------------
     def save(self, path) -> tuple[bool, str, int, int]:
