@@ -131,7 +131,7 @@ class FrameWorker:
                 self._telemetry.count("dropped_reset", dropped)
                 self._publish_in_flight()
                 self._session.reset()
-                self._frames.clear()
+                self._telemetry.count("dropped_reset", self._frames.clear())  # anchors waiting
                 self._outputs.clear()
                 self._reset_scale()
                 self._telemetry.stream_reset(self._session.info())
@@ -171,8 +171,8 @@ class FrameWorker:
                     check_scale(read_manifest(path), self._scale)
                 manifest = self._session.restore(path)
                 self._generation += 1
-                self._telemetry.count("dropped_reset", self._queue.clear())
-                self._frames.clear()
+                self._telemetry.count("dropped_reset",
+                                      self._queue.clear() + self._frames.clear())
                 self._outputs.clear()
                 self._restore_scale(manifest)
                 if load_node_state is not None:
@@ -222,16 +222,27 @@ class FrameWorker:
         while not self._stop.is_set():
             try:
                 self.run_once()
-            except Exception as exc:  # publishing failed
+            except Exception as exc:  # noqa: BLE001 -- the thread never dies of one frame
                 if not self._alive():
                     return  # Ctrl-C shut the context down under us: main() releases the rest
-                error = f"{type(exc).__name__}: {exc}"
-                self._telemetry.failed("failed_publishing", error)
-                self._throttled("publishing", 2.0, self._log.error,
-                                f"publishing failed: {error}")
+                self._unexpected(exc)
         try:
             self.finish()
         except Exception:  # noqa: BLE001 -- the context went down meanwhile (Ctrl-C)
+            pass
+
+    def _unexpected(self, exc: Exception, header: Optional[Header] = None) -> None:
+        """An error that escaped a frame's own handling (the session, a status publisher):
+        FAILED with the reason on ~/status, ERROR on /diagnostics until a frame succeeds,
+        logged; no counter (each image is counted where its fate is decided). The worker goes
+        on with the next frame; nothing here may raise."""
+        error = f"worker: {type(exc).__name__}: {exc}"
+        self._telemetry.failed(None, error)
+        try:
+            if self._due("worker", 2.0):
+                self._log.error(f"{error}; going on with the next frame")
+            self._status.failed(header if header is not None else Header(), error)
+        except Exception:  # noqa: BLE001 -- the log or ~/status is what failed: telemetry has it
             pass
 
     def _publish_in_flight(self) -> None:
@@ -239,10 +250,18 @@ class FrameWorker:
             self._publish_outcomes(self._session.collect())
 
     def _process(self, item: QueuedImage) -> None:
+        """One image, counted once: ``dropped_waiting_for_tf``, ``rejected_<reason>`` or
+        ``failed_<why>`` here, else when its outcome is published. Each handler below covers
+        only what runs before its count, so an error after it (a status publisher, say) goes
+        to ``_unexpected`` and is never counted twice."""
         session, msg = self._session, item.msg
         stamp_ns = stamp_to_ns(msg.header.stamp)
         frames = self._robot_frames
-        chain = frames.resolve(msg.header.frame_id, time.monotonic())
+        try:
+            chain = frames.resolve(msg.header.frame_id, time.monotonic())
+        except Exception as exc:  # noqa: BLE001 -- counted as this image's failure
+            self._failed(msg.header, "failed_error", exc)
+            return
         if chain is None:  # no base -> camera transform yet: nothing to publish in
             self._telemetry.count("dropped_waiting_for_tf")
             self._status.initializing(msg.header, f"waiting for TF {frames.waiting_for}")
@@ -251,13 +270,8 @@ class FrameWorker:
                 self._last_tf_warning = now
                 self._log.warning(frames.waiting_message())
             return
-        if frames.waiting_since is None and self._last_tf_warning > -math.inf:
-            self._last_tf_warning = -math.inf  # found after waiting: say so once
-            self._log.info(f"TF found: {extrinsic_summary(chain)}")
-        changed = frames.check_extrinsic(time.monotonic())
-        if changed:
-            self._log.warning(changed)
         try:
+            self._check_chain(chain)
             if self._use_compressed:
                 array, encoding = compressed_to_array(msg, self._limits)
             else:
@@ -267,25 +281,24 @@ class FrameWorker:
             if self._scale is not None and self._scale.needs_depth:
                 with_depth = True  # the depth source samples every frame's depth
                 self._scale.on_submit(stamp_ns)
-            try:
-                # finishes the frame before this one, then queues this one on the GPU
-                ticket = session.submit(array, stamp_ns, encoding, with_depth=with_depth)
-            finally:
-                self._report_events(msg.header)
+            # finishes the frame before this one, then queues this one on the GPU
+            ticket = session.submit(array, stamp_ns, encoding, with_depth=with_depth)
+            # Accepted: only now is its context kept (its outcome comes from a collect below
+            # or later; the frame before it may be among this collect's outcomes).
+            self._frames.add(ticket, PendingFrame(item, chain, depth_due))
         except (ImageRejected, FrameRejected) as exc:
             self._telemetry.count(f"rejected_{exc.reason}")
             # Throttled per reason: a new kind of bad input is always reported.
-            self._throttled(f"rejected_{exc.reason}", 2.0, self._log.warning,
-                            f"image at {stamp_ns} ns rejected ({exc.reason}): {exc}")
+            if self._due(f"rejected_{exc.reason}", 2.0):
+                self._log.warning(f"image at {stamp_ns} ns rejected ({exc.reason}): {exc}")
             self._status.failed(msg.header, f"rejected ({exc.reason}): {exc}")
             return
-        except Exception as exc:  # CacheFullError, CUDA OOM...: rolled back; keep running
+        except Exception as exc:  # noqa: BLE001 -- CacheFullError, CUDA OOM...: rolled back
             oom = type(exc).__name__ == "OutOfMemoryError"  # never queued on the GPU
             self._failed(msg.header, "failed_out_of_memory" if oom else "failed_error", exc)
             return
-        # Accepted: only now is its context kept (its outcome comes from a collect below or
-        # later; the frame before it may be among this collect's outcomes).
-        self._frames.add(ticket, PendingFrame(item, chain, depth_due))
+        finally:
+            self._report_events(msg.header)  # a restart happens in submit, accepted or not
         outcomes = session.collect(wait=False)  # the frame before; on the CPU this one
         info = session.info()
         self._telemetry.set_session_info(info)
@@ -296,51 +309,84 @@ class FrameWorker:
                 f"{info['startup_latency_frames']}" + (f"; {note}" if note else "")))
         self._publish_outcomes(outcomes)
 
+    def _check_chain(self, chain) -> None:
+        """Say once that TF was found after waiting; warn when the extrinsic changed."""
+        frames = self._robot_frames
+        if frames.waiting_since is None and self._last_tf_warning > -math.inf:
+            self._last_tf_warning = -math.inf  # found after waiting: say so once
+            self._log.info(f"TF found: {extrinsic_summary(chain)}")
+        changed = frames.check_extrinsic(time.monotonic())
+        if changed:
+            self._log.warning(changed)
+
     def _publish_outcomes(self, outcomes) -> None:
-        """Each finished frame's outputs (its own chain, stamp and latency), or its failure."""
+        """Each finished frame's outputs (its own chain, stamp and latency), or its failure.
+        Frames handed in before an outcome's and still waiting never get one (anchors a
+        stream restart dropped): ``dropped_no_outcome``. A frame whose outputs cannot be
+        published is ``failed_publishing``, and the next one goes on."""
         for outcome in outcomes:
-            if isinstance(outcome, FrameFailed):  # non-finite output: rolled back
+            failed = isinstance(outcome, FrameFailed)  # non-finite output: rolled back
+            tickets = outcome.tickets if failed else [outcome.ticket]
+            if tickets:
+                self._telemetry.count("dropped_no_outcome", self._frames.pop_older(min(tickets)))
+            if failed:
                 frames = [self._frames.pop(ticket) for ticket in outcome.tickets]
                 frame = next((f for f in reversed(frames) if f is not None), None)
                 header = (frame.item.msg.header if frame is not None else
                           Header(stamp=ns_to_stamp(outcome.stamps[-1] if outcome.stamps else 0)))
-                self._failed(header, f"failed_{outcome.reason}", outcome)
+                self._failed(header, f"failed_{outcome.reason}", outcome, max(len(tickets), 1))
                 continue
             frame = self._frames.pop(outcome.ticket)
             if frame is None:  # its context aged out (the bound of PendingFrames)
                 self._telemetry.count("dropped_no_context")
                 continue
-            depth_due = frame.depth_due if outcome.index >= self._num_scale_frames else None
-            withheld = False
-            if self._scale is None:
-                note = self._outputs.publish(outcome, frame.chain, depth_due)
-            else:  # the frame's sample first: its own outputs may be the first in metres
-                scale = self._scale.on_frame(outcome, frame.chain.T_base_optical)
-                if self._scale_topic is not None:
-                    self._scale_topic.changed(scale)
-                withheld = self._outputs.withholds(scale)
-                note = self._outputs.publish(outcome, frame.chain, depth_due, scale)
+            # The anchor phase yields several frames at once: each status has its own stamp.
+            header = Header(stamp=ns_to_stamp(outcome.stamp_ns),
+                            frame_id=frame.item.msg.header.frame_id)
+            try:
+                note, withheld = self._publish_frame(outcome, frame)
+            except Exception as exc:  # noqa: BLE001 -- a publisher refused: this frame only
+                if not self._alive():
+                    raise
+                self._failed(header, "failed_publishing", exc)
+                continue
             now = time.monotonic()
             end_to_end_ms = (now - frame.item.received) * 1e3
             self._telemetry.frame_published(now, end_to_end_ms, float(outcome.K[0, 0]),
                                             outcome.crop.input_hw)
-            # The anchor phase yields several frames at once: each status has its own stamp.
-            header = Header(stamp=ns_to_stamp(outcome.stamp_ns),
-                            frame_id=frame.item.msg.header.frame_id)
-            if withheld:  # no pose before the scale locked: says how far the estimate is
-                self._status.initializing(header, note)
-            else:
-                self._status.frame(outcome, header, end_to_end_ms, note or "")
+            try:
+                if withheld:  # no pose before the scale locked: says how far the estimate is
+                    self._status.initializing(header, note)
+                else:
+                    self._status.frame(outcome, header, end_to_end_ms, note or "")
+            except Exception as exc:  # noqa: BLE001 -- counted already; the others go on
+                if not self._alive():
+                    raise
+                self._unexpected(exc, header)
         if outcomes:
             self._telemetry.set_session_info(self._session.info())
 
-    def _failed(self, header, counter: str, exc: Exception) -> None:
-        """A frame the model could not turn into a pose: counted, logged, FAILED on
-        ~/status and ERROR on /diagnostics until a frame succeeds; the node goes on."""
+    def _publish_frame(self, outcome: FrameResult, frame: PendingFrame) -> tuple[str, bool]:
+        """One frame's outputs (its scale sample first); returns (what did not go out,
+        whether its metric outputs were withheld)."""
+        depth_due = frame.depth_due if outcome.index >= self._num_scale_frames else None
+        if self._scale is None:
+            return self._outputs.publish(outcome, frame.chain, depth_due), False
+        # the frame's sample first: its own outputs may be the first in metres
+        scale = self._scale.on_frame(outcome, frame.chain.T_base_optical)
+        if self._scale_topic is not None:
+            self._scale_topic.changed(scale)
+        withheld = self._outputs.withholds(scale)
+        return self._outputs.publish(outcome, frame.chain, depth_due, scale), withheld
+
+    def _failed(self, header, counter: str, exc: Exception, images: int = 1) -> None:
+        """A frame the model could not turn into a pose (or whose outputs could not go
+        out): its ``images`` counted, logged, FAILED on ~/status and ERROR on /diagnostics
+        until a frame succeeds; the node goes on."""
         error = f"{type(exc).__name__}: {exc}"
-        self._telemetry.failed(counter, error)
-        self._throttled(counter, 2.0, self._log.error,
-                        f"frame at {stamp_to_ns(header.stamp)} ns failed: {error}")
+        self._telemetry.failed(counter, error, images)
+        if self._due(counter, 2.0):
+            self._log.error(f"frame at {stamp_to_ns(header.stamp)} ns failed: {error}")
         self._status.failed(header, error)
 
     def _report_events(self, header) -> None:
@@ -374,9 +420,12 @@ class FrameWorker:
             if self._scale_topic is not None:
                 self._scale_topic.changed(estimate)
 
-    def _throttled(self, what: str, period_s: float, log, message: str) -> None:
-        """Log ``message`` unless ``what`` was logged less than ``period_s`` ago."""
+    def _due(self, what: str, period_s: float) -> bool:
+        """Whether ``what`` may be logged now (not logged in the last ``period_s``). The
+        caller logs, each severity from its own call site: rclpy refuses a change of
+        severity between two calls of one site (and a chosen one killed this thread)."""
         now = time.monotonic()
-        if now - self._last_warning.get(what, -math.inf) >= period_s:
-            self._last_warning[what] = now
-            log(message)
+        if now - self._last_warning.get(what, -math.inf) < period_s:
+            return False
+        self._last_warning[what] = now
+        return True

@@ -140,7 +140,7 @@ class LingbotNode(LifecycleNode):
             self.get_logger().warning(
                 f"NO CHECKPOINT: model.preset '{settings.preset}' with RANDOM weights; poses "
                 "are NOT meaningful. Set the 'checkpoint' parameter for real estimates.")
-        scale = StreamScale(settings.scale, warn=self.get_logger().warning)
+        scale = StreamScale(settings.scale, log=self.get_logger())
         # the snapshot's scale estimate continues (or is refused: the configure fails)
         if resumed is not None and not self.snapshots.continue_scale(
                 resumed, scale, settings.resume_from):

@@ -68,11 +68,11 @@ def depth_msg_to_array(msg) -> np.ndarray:
 
 
 class StreamScale:
-    def __init__(self, config: ScaleConfig, warn=None) -> None:
-        """``warn(text)``: where a warning goes (the node's logger; default Python's
-        ``logging`` for this module)."""
+    def __init__(self, config: ScaleConfig, log=None) -> None:
+        """``log``: where a warning goes (the node's logger; default Python's ``logging``
+        for this module), called ``log.warning(text)`` from each site."""
         self.config = config
-        self._warn = warn or _log.warning
+        self._log = log if log is not None else _log
         self._estimator = ScaleEstimator(config)
         self._lock = threading.Lock()  # the sources' buffers: executor pushes, worker samples
         self._depth = DepthSource(config) if config.source == "depth" else None
@@ -330,9 +330,9 @@ class StreamScale:
         try:
             self._odometry.load_state_dict(saved)
         except ValueError as exc:
-            self._warn(f"scale.source odometry: the snapshot's odometry window is dropped "
-                       f"({exc}); new samples come once the robot has moved "
-                       "scale.min_baseline_m")
+            self._log.warning(f"scale.source odometry: the snapshot's odometry window is "
+                              f"dropped ({exc}); new samples come once the robot has moved "
+                              "scale.min_baseline_m")
             return False
         return True
 

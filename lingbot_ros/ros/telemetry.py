@@ -93,11 +93,12 @@ class NodeTelemetry:
             self._last_fx, self._last_input_hw = fx, input_hw
         self._end_to_end.add(end_to_end_ms)
 
-    def failed(self, counter: Optional[str], error: str) -> None:
-        """A failure (counted under ``counter`` unless None); ``error`` until a frame succeeds."""
+    def failed(self, counter: Optional[str], error: str, n: int = 1) -> None:
+        """A failure of ``n`` images (counted under ``counter`` unless None); ``error`` until
+        a frame succeeds."""
         with self._lock:
             if counter is not None:
-                self._counters[counter] += 1
+                self._counters[counter] += n
             self._last_error = error
 
     def restarted(self, kind: str, message: str, now: float) -> None:
