@@ -161,9 +161,11 @@ class Outputs:
             self.tf.publish(TFMessage(transforms=transforms))
         self._publish_camera_info(result, chain, stamp)
         now = time.monotonic()
-        if depth_due is None:
+        if self.depth is None:  # depth_rate_hz 0: no ~/depth at all
+            depth_due = False
+        elif depth_due is None:  # an anchor frame: the topic's period decides here
             depth_due = now - self._last_depth >= 1.0 / cfg.depth_rate_hz
-        if self.depth is not None and result.depth is not None and depth_due:
+        if depth_due and result.depth is not None:
             h, w = result.depth.shape
             depth = result.depth if k is None else depth_to_metres(result.depth, k)
             self.depth.publish(depth_image(depth, stamp, chain.camera_frame))
