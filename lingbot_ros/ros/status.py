@@ -36,6 +36,7 @@ class Status:
         self._last = (time.monotonic(), 0, 0)  # for rates: time, received, processed
         self._ros_clock = (None, time.monotonic())  # (last ROS time seen, when it changed)
         self._health = HealthMonitor(cfg.warn_drop_share, cfg.stall_timeout_s)
+        self._key_values = diagnostics.KeyValues()  # /diagnostics' unchanged ones reused
         self.state = None  # the last state published on ~/status
 
     def destroy(self) -> None:
@@ -131,7 +132,7 @@ class Status:
             n.get_clock().now().to_msg(), f"{n.get_fully_qualified_name()}: tracking",
             n.settings.session.device, level, message, c, rates, dict(t.end_to_end_ms),
             info["latency_ms"] if info else {}, info, _gpu_memory(n.settings.session.device),
-            topic, extra)
+            topic, extra, self._key_values)
         self.diag.publish(msg)
 
 
