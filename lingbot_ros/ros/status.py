@@ -115,11 +115,11 @@ class Status:
             map_to_odom_failing=n.outputs.map_to_odom_failing() if n.outputs else None,
             clock_stalled=clock_stalled)
         scale = n.scale
-        stale = scale.stale_reason(now) if scale is not None else None
-        if stale and level == 0:  # the source yields nothing: outputs stay withheld/unscaled
-            level, message = 1, (
-                f"scale ({scale.config.source}): no sample for "
-                f"{scale.config.stale_timeout_s:g} s: {stale}; {scale.estimate.status_text}")
+        # the source yields nothing (outputs stay withheld/unscaled), or the applied scale
+        # lags what the recent samples say
+        scale_warning = scale.health_warning(now) if scale is not None else None
+        if scale_warning and level == 0:
+            level, message = 1, scale_warning
         extra = {"paused": n.paused, "ros_clock": self._clock_description(now)}
         if n.image_input is not None:
             extra["image_qos"] = n.image_input.describe()

@@ -163,8 +163,21 @@ class StreamScale:
             detail = self._detail if reason == self._estimate.reason else ""
         return f"{reason} ({detail})" if reason and detail else reason
 
+    def health_warning(self, now_monotonic: float) -> Optional[str]:
+        """The scale's WARN for /diagnostics, or None: the source yields no sample (the stale
+        reason) or, LOCKED, the recent samples disagree with the applied scale (the drift's
+        figures: recent vs applied, in sigmas, for how long)."""
+        stale = self.stale_reason(now_monotonic)
+        e = self._estimate
+        if stale:
+            return (f"scale ({self.config.source}): no sample for "
+                    f"{self.config.stale_timeout_s:g} s: {stale}; {e.status_text}")
+        return e.drift_warning
+
     def info(self) -> dict:
-        """Diagnostics key/values: the ~/scale fields, the rejections by reason."""
+        """Diagnostics key/values: the ~/scale fields, the rejections by reason, and once
+        LOCKED on samples the recent samples' drift (``scale_recent_metres_per_unit``,
+        ``scale_drift_sigma``, ``scale_drift_s``)."""
         e = self._estimate
         out = {"scale": ("monocular: the model's units, not metres" if e.source == "none"
                          else f"{e.units} ({e.status_text})"),
@@ -175,6 +188,9 @@ class StreamScale:
                "scale_last_rejection_detail": (self._detail if e.reason else "") or "none",
                "scale_depth_received": self.depth_received,
                "scale_odometry_received": self.odometry_received}
+        if e.drift is not None:
+            out.update(scale_recent_metres_per_unit=e.drift.recent_metres_per_unit,
+                       scale_drift_sigma=e.drift.sigmas, scale_drift_s=e.drift.for_s)
         out.update({f"scale_rejected_{reason}": n for reason, n in e.rejections})
         return out
 
