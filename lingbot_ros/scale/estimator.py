@@ -339,7 +339,8 @@ class ScaleEstimator:
     def _measure_drift(self, stamp_s: float) -> None:
         """The last ``min_samples`` samples against the applied value, at ``stamp_s``."""
         cfg = self._config
-        recent = list(self._logs)[-cfg.min_samples:]
+        logs = self._logs  # the newest min_samples, read from the deque's end
+        recent = [logs[i] for i in range(-min(cfg.min_samples, len(logs)), 0)]
         self._drift_before_s, self._drift_stamp_s = self._drift_since_s, stamp_s
         self._drift = measure_drift(recent, self._applied_log, stamp_s, self._drift_since_s,
                                     cfg.drift_warn_sigma, cfg.drift_warn_s)
