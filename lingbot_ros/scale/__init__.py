@@ -22,7 +22,7 @@ from .depth import (DEPTH_ENCODINGS, CropLike, DepthBuffer, DepthImage, DepthSou
                     crop_depth, crop_indices, depth_sample, sensor_depth_m)
 from .drift import ScaleDrift, measure_drift
 from .estimator import ScaleEstimate, ScaleEstimator, ScaleState
-from .odometry import OdometrySource, PoseBuffer, fit_odometry_scale
+from .odometry import OdometrySource, PoseBuffer, fit_odometry_scale, odometry_rejection
 from .samples import NO_INPUT_REASON, REASONS, Rejection, SampleResult, ScaleSample
 from .units import (base_in_map_metres, c2w_to_metres, check_factor, depth_to_metres,
                     points_to_metres)
@@ -32,7 +32,7 @@ __all__ = ["ScaleConfig", "SCALE_SOURCES", "BEFORE_LOCK_POLICIES",
            "ScaleSample", "Rejection", "SampleResult", "REASONS", "NO_INPUT_REASON",
            "DepthSource", "DepthBuffer", "DepthImage", "CropLike", "DEPTH_ENCODINGS",
            "depth_sample", "crop_depth", "crop_indices", "sensor_depth_m",
-           "OdometrySource", "PoseBuffer", "fit_odometry_scale",
+           "OdometrySource", "PoseBuffer", "fit_odometry_scale", "odometry_rejection",
            "GroundPlane", "fit_ground_plane", "camera_height_sample",
            "camera_height_depth_sample", "depth_grid_points",
            "c2w_to_metres", "depth_to_metres", "points_to_metres", "base_in_map_metres",
