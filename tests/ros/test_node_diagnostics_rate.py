@@ -4,8 +4,8 @@ default), the worker still takes every frame of a camera-rate stream.
 Each tick read ``gc.get_freeze_count()``, which walks every frozen object (~20 ms with the GIL
 held in the test node's process, 190,000 frozen objects): at 100 Hz the executor held the
 GIL between back-to-back ticks, a tiny frame's compute went from ~50 to 250-350 ms (p50) and
-the latest-wins queue (4) dropped 4-11 of these 30 images at 5 Hz. A tick now reads figures kept by the
-node (``scripts/diagnostics_tick_bench.py`` times one: docs/performance.md).
+the latest-wins queue (4) dropped 4-11 of these 30 images at 5 Hz. A tick now reads figures
+kept by the node (``scripts/diagnostics_tick_bench.py`` times one: docs/performance.md).
 """
 from __future__ import annotations
 
