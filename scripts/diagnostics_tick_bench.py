@@ -6,7 +6,9 @@
 In one process, as the node runs: everything the node process imports, the official network
 built on torch's ``meta`` device and kept (the Python objects of a built session, no weights in
 memory), then the real ``LingbotNode`` (tiny preset on the CPU, tiny images) configured and
-activated with ``gc_freeze`` on, so its configure freezes all of that. ``--frames`` images go
+activated with ``gc_freeze`` on, so its configure freezes all of that; a robot base (the
+default ``frames.base``, its static transforms on /tf_static; ``--camera-only``: a bare
+camera). ``--frames`` images go
 through the node over DDS (a publisher in the same process, the executor spun until each frame
 is processed), so the tick reads a streaming session's info, latencies and counters. Then the
 executor stops and the node's own tick (``Status._publish_diag``: telemetry snapshot, health,
@@ -36,9 +38,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 GOAL_MS = 0.2  # issue 32: a diagnostics tick costs nothing measurable beside a frame
 TOPIC = "/bench_diagnostics/image"
 NODE_PARAMS = {"model.preset": "tiny", "input.width": 56, "session.num_scale_frames": 2,
-               "cache.window": 4, "warmup": False, "frames.base": "", "gc_freeze": True,
+               "cache.window": 4, "warmup": False, "gc_freeze": True,
                "publish.diagnostics_rate_hz": 0.1, "topics.image": TOPIC,
                "qos.image": "reliable", "queue_size": 100}
+CAMERA_FRAME = "camera_optical_frame"
+
+
+def static_tf(stamp_msg):
+    """The robot's /tf_static, as robot_state_publisher sends it: base_link -> camera_link
+    (0.3 m ahead, 1 m up) -> the optical frame."""
+    import numpy as np
+    from geometry_msgs.msg import TransformStamped
+    from tf2_msgs.msg import TFMessage
+
+    from lingbot_ros.geometry import T_BODY_OPTICAL, matrix_to_tq
+    mount = np.eye(4)
+    mount[:3, 3] = [0.3, 0.0, 1.0]
+    out = []
+    for parent, child, T in (("base_link", "camera_link", mount),
+                             ("camera_link", CAMERA_FRAME, T_BODY_OPTICAL)):
+        msg = TransformStamped(child_frame_id=child)
+        msg.header.frame_id, msg.header.stamp = parent, stamp_msg
+        t, q = matrix_to_tq(np.asarray(T, float)[None])
+        tr, rot = msg.transform.translation, msg.transform.rotation
+        tr.x, tr.y, tr.z = (float(v) for v in t[0])
+        rot.x, rot.y, rot.z, rot.w = (float(v) for v in q[0])
+        out.append(msg)
+    return TFMessage(transforms=out)
 
 
 def gc_calls(call) -> list[str]:
@@ -68,6 +94,8 @@ def main(argv=None) -> int:
     p.add_argument("--preset", default="official", help="the network kept on 'meta'")
     p.add_argument("--out", default="diagnostics_tick.json")
     p.add_argument("--profile", action="store_true", help="also cProfile the ticks (stderr)")
+    p.add_argument("--camera-only", action="store_true",
+                   help="a bare camera (frames.base ''), not the default robot base")
     args = p.parse_args(argv)
     if args.ticks < 1 or args.frames < 3:
         p.error("--ticks must be at least 1 and --frames at least 3")
@@ -76,8 +104,9 @@ def main(argv=None) -> int:
     import torch
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.parameter import Parameter
-    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import Image
+    from tf2_msgs.msg import TFMessage
 
     from lingbot_ros.model import GCTModel
     from lingbot_ros.model.presets import preset_config
@@ -92,11 +121,15 @@ def main(argv=None) -> int:
         kept = GCTModel(preset_config(args.preset))  # noqa: F841 -- held: a session's objects
     rclpy.init()
     try:
+        params = {**NODE_PARAMS, **({"frames.base": ""} if args.camera_only else {})}
         node = LingbotNode(parameter_overrides=[Parameter(k, value=v)
-                                                for k, v in NODE_PARAMS.items()])
+                                                for k, v in params.items()])
         feeder = rclpy.create_node("bench_diagnostics_feeder")
         pub = feeder.create_publisher(Image, TOPIC, QoSProfile(
             depth=100, reliability=ReliabilityPolicy.RELIABLE))
+        feeder.create_publisher(TFMessage, "/tf_static", QoSProfile(
+            depth=1, reliability=ReliabilityPolicy.RELIABLE,
+            durability=DurabilityPolicy.TRANSIENT_LOCAL)).publish(static_tf(Time()))
         executor = SingleThreadedExecutor()
         executor.add_node(node)
         executor.add_node(feeder)
@@ -116,7 +149,7 @@ def main(argv=None) -> int:
         for i, (img, t) in enumerate(zip(seq.images, seq.stamps_ns)):
             t = int(t)
             pub.publish(array_to_image(img, "rgb8", header=Header(
-                stamp=Time(sec=t // 10**9, nanosec=t % 10**9), frame_id="camera")))
+                stamp=Time(sec=t // 10**9, nanosec=t % 10**9), frame_id=CAMERA_FRAME)))
             # anchors give their poses together: wait for the image to be taken, then frames
             spin_until(lambda: node.telemetry.snapshot().received > i, f"image {i}")
         spin_until(lambda: node.telemetry.snapshot().processed >= args.frames,
@@ -143,6 +176,7 @@ def main(argv=None) -> int:
         freeze_count_ms = (time.perf_counter() - t0) * 1e3
         report = {"python": sys.version.split()[0], "torch": torch.__version__,
                   "preset_kept_on_meta": args.preset, "ticks": args.ticks,
+                  "tf": "camera-only" if args.camera_only else "robot (base_link)",
                   "tick_ms": {"median": statistics.median(times),
                               "p99": percentile(times, 99), "max": max(times),
                               "mean": statistics.fmean(times)},

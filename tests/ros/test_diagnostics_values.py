@@ -31,3 +31,26 @@ def test_an_unchanged_value_keeps_its_key_value_and_a_changed_one_is_new():
     assert second["rate"] is first["rate"]
     assert second["received"] is not first["received"]
     assert (first["received"].value, second["received"].value) == ("1", "2")
+
+
+def test_the_extrinsics_text_is_made_once_per_value():
+    """RobotFrames.describe() runs at every tick: the extrinsic's text (~50 us of numpy) is
+    made once per matrix and reads as before."""
+    import numpy as np
+
+    from lingbot_ros.ros.node_config import NodeConfig
+    from lingbot_ros.ros.robot_frames import RobotFrames, _tq
+    from lingbot_ros.ros.tf_tree import TransformTree
+    tree = TransformTree()
+    T = np.eye(4)
+    T[:3, 3] = [0.3, 0.0, 1.0]
+    tree.set_transform("base_link", "camera_optical_frame", T, 0, static=True)
+    frames = RobotFrames(NodeConfig(), tree)
+    chain = frames.resolve("camera_optical_frame", now=0.0)
+    first = frames.describe()["extrinsic_base_optical"]
+    assert first == _tq(chain.T_base_optical) == \
+        "t 0.3000 0.0000 1.0000, q xyzw 0.0000 0.0000 0.0000 1.0000"
+    assert frames.describe()["extrinsic_base_optical"] is first  # not made again
+    other = T.copy()
+    other[0, 3] = 0.5
+    assert frames._tq_text(other).startswith("t 0.5000 0.0000 1.0000")
