@@ -52,7 +52,6 @@ _SOURCE_SETTINGS = {"fixed": ("factor",), "camera_height": ("camera_height_m",),
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
-
 class ScaleState(str, Enum):
     UNKNOWN = "UNKNOWN"  # no sample yet (or source none): outputs are in model units
     CONVERGING = "CONVERGING"  # samples, but not enough or not consistent: not metric yet
@@ -186,8 +185,11 @@ class ScaleEstimator:
     def state_dict(self) -> dict:
         """The estimate as plain JSON values (non-finite floats as "nan"/"inf"/"-inf"; finite
         ones round-trip exactly through JSON): the samples window, counts, state, segment,
-        applied value and its time, the stale clock and the rejection counters, with the
-        settings it was made under (checked by :meth:`load_state_dict`)."""
+        applied value and its time, the stale clock, the drift's start (``drift_since_s``;
+        with the stamp of its last measure and its start before it, so a restored estimator
+        recomputes the same ``drift``; absent from an older build's: none under way) and the
+        rejection counters, with the settings it was made under (checked by
+        :meth:`load_state_dict`)."""
         return {"version": STATE_VERSION, "settings": _settings_of(self._config),
                 "logs": [float_to_json(v) for v in self._logs], "count": self._count,
                 "state": self._state.value, "segment": self._segment,
