@@ -18,7 +18,6 @@ configured; ROS's own (``use_sim_time``) always pass.
 """
 from __future__ import annotations
 
-import gc
 import time
 from typing import Optional
 
@@ -163,9 +162,7 @@ class LingbotNode(LifecycleNode):
             return TransitionCallbackReturn.FAILURE
         self._configured = True
         if settings.gc_freeze:  # the model, session and warm-up garbage: never swept again
-            with self.gc_pauses.explicit():
-                gc.collect()
-            gc.freeze()
+            self.gc_pauses.freeze()
         self.get_logger().info(
             f"configured: {'checkpoint ' + settings.checkpoint if settings.checkpoint else 'random ' + settings.preset} "
             f"on {settings.session.device}, attention {info['attention']} "
@@ -322,9 +319,7 @@ class LingbotNode(LifecycleNode):
         self.scale = None
         self.snapshots.discard_pending()
         self.telemetry.set_session_info(None)
-        gc.unfreeze()  # what gc_freeze kept out of the sweeps can be freed again
-        with self.gc_pauses.explicit():
-            gc.collect()
+        self.gc_pauses.unfreeze()  # what gc_freeze kept out of the sweeps can be freed again
         try:
             import torch
             if torch.cuda.is_available():

@@ -270,6 +270,12 @@ PARAMS: tuple[Param, ...] = (
     P("scale.stale_timeout_s", float, 5.0, "scale.stale_timeout_s",
       "diagnostics WARN (with the reason) when the source gave no sample this long",
       range=(0.01, 3600.0)),
+    P("scale.drift_warn_sigma", float, 5.0, "scale.drift_warn_sigma",
+      "after LOCKED: diagnostics WARN when the median of the last scale.min_samples samples "
+      "is this many sigmas (its standard error) from the applied scale ...",
+      range=(0.1, 1e6)),
+    P("scale.drift_warn_s", float, 1.0, "scale.drift_warn_s",
+      "... for this long (seconds of the frames' stamps)", range=(0.0, 3600.0)),
     P("scale.before_lock", str, "withhold", "scale.before_lock",
       "before LOCKED: withhold (no pose, odometry, TF, depth, points; ~/path gets them in "
       "metres at the lock) | publish_model_units", choices=BEFORE_LOCK_POLICIES),

@@ -36,6 +36,7 @@ class Status:
         self._last = (time.monotonic(), 0, 0)  # for rates: time, received, processed
         self._ros_clock = (None, time.monotonic())  # (last ROS time seen, when it changed)
         self._health = HealthMonitor(cfg.warn_drop_share, cfg.stall_timeout_s)
+        self._key_values = diagnostics.KeyValues()  # /diagnostics' unchanged ones reused
         self.state = None  # the last state published on ~/status
 
     def destroy(self) -> None:
@@ -114,11 +115,11 @@ class Status:
             map_to_odom_failing=n.outputs.map_to_odom_failing() if n.outputs else None,
             clock_stalled=clock_stalled)
         scale = n.scale
-        stale = scale.stale_reason(now) if scale is not None else None
-        if stale and level == 0:  # the source yields nothing: outputs stay withheld/unscaled
-            level, message = 1, (
-                f"scale ({scale.config.source}): no sample for "
-                f"{scale.config.stale_timeout_s:g} s: {stale}; {scale.estimate.status_text}")
+        # the source yields nothing (outputs stay withheld/unscaled), or the applied scale
+        # lags what the recent samples say
+        scale_warning = scale.health_warning(now) if scale is not None else None
+        if scale_warning and level == 0:
+            level, message = 1, scale_warning
         extra = {"paused": n.paused, "ros_clock": self._clock_description(now)}
         if n.image_input is not None:
             extra["image_qos"] = n.image_input.describe()
@@ -131,7 +132,7 @@ class Status:
             n.get_clock().now().to_msg(), f"{n.get_fully_qualified_name()}: tracking",
             n.settings.session.device, level, message, c, rates, dict(t.end_to_end_ms),
             info["latency_ms"] if info else {}, info, _gpu_memory(n.settings.session.device),
-            topic, extra)
+            topic, extra, self._key_values)
         self.diag.publish(msg)
 
 

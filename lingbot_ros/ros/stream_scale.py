@@ -33,7 +33,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from ..scale import (DEPTH_ENCODINGS, DepthSource, OdometrySource, Rejection, ScaleConfig,
-                     ScaleEstimate, ScaleEstimator, camera_height_depth_sample)
+                     ScaleEstimate, ScaleEstimator, camera_height_depth_sample,
+                     odometry_rejection)
 from .tf_tree import ExtrapolationError, TransformError
 
 __all__ = ["StreamScale", "depth_msg_to_array", "odometry_msg_pose", "units_header",
@@ -126,16 +127,23 @@ class StreamScale:
                 self._depth.push_depth(stamp_s, image, str(msg.encoding))
 
     def push_odometry(self, stamp_s: float, T_odom_base: np.ndarray) -> None:
-        """One odometry pose of the base (metres) at ``stamp_s``."""
+        """One odometry pose of the base (metres) at ``stamp_s``; one that cannot be used
+        (NaN, not rigid) is a counted ``non_finite`` rejection, also before the first frame
+        (when the source waits for the camera's mount and keeps the poses)."""
         with self._lock:
             self.odometry_received += 1
             if self._odometry is not None:
                 rejected = self._odometry.push_odometry(stamp_s, T_odom_base)
-                if rejected is not None:  # counted with the frames' reasons
-                    self._estimate = self._estimator.add(rejected)
             elif self.config.source == "odometry":
-                self._odometry_pending.append((stamp_s, np.array(T_odom_base, float)))
-                del self._odometry_pending[:-4096]
+                rejected = odometry_rejection(stamp_s, T_odom_base)
+                if rejected is None:
+                    self._odometry_pending.append((stamp_s, np.array(T_odom_base, float)))
+                    del self._odometry_pending[:-4096]
+            else:
+                rejected = None
+            if rejected is not None:  # counted with the frames' reasons
+                self._estimate = self._estimator.add(rejected)
+                self._detail = rejected.detail
 
     def stamp_ns(self, stamp_s: float) -> Optional[int]:
         """The exact ROS stamp (ns) of a recent frame whose stamp in seconds is ``stamp_s``
@@ -163,8 +171,21 @@ class StreamScale:
             detail = self._detail if reason == self._estimate.reason else ""
         return f"{reason} ({detail})" if reason and detail else reason
 
+    def health_warning(self, now_monotonic: float) -> Optional[str]:
+        """The scale's WARN for /diagnostics, or None: the source yields no sample (the stale
+        reason) or, LOCKED, the recent samples disagree with the applied scale (the drift's
+        figures: recent vs applied, in sigmas, for how long)."""
+        stale = self.stale_reason(now_monotonic)
+        e = self._estimate
+        if stale:
+            return (f"scale ({self.config.source}): no sample for "
+                    f"{self.config.stale_timeout_s:g} s: {stale}; {e.status_text}")
+        return e.drift_warning
+
     def info(self) -> dict:
-        """Diagnostics key/values: the ~/scale fields, the rejections by reason."""
+        """Diagnostics key/values: the ~/scale fields, the rejections by reason, and once
+        LOCKED on samples the recent samples' drift (``scale_recent_metres_per_unit``,
+        ``scale_drift_sigma``, ``scale_drift_s``)."""
         e = self._estimate
         out = {"scale": ("monocular: the model's units, not metres" if e.source == "none"
                          else f"{e.units} ({e.status_text})"),
@@ -175,6 +196,9 @@ class StreamScale:
                "scale_last_rejection_detail": (self._detail if e.reason else "") or "none",
                "scale_depth_received": self.depth_received,
                "scale_odometry_received": self.odometry_received}
+        if e.drift is not None:
+            out.update(scale_recent_metres_per_unit=e.drift.recent_metres_per_unit,
+                       scale_drift_sigma=e.drift.sigmas, scale_drift_s=e.drift.for_s)
         out.update({f"scale_rejected_{reason}": n for reason, n in e.rejections})
         return out
 
@@ -338,10 +362,13 @@ class StreamScale:
 
 
 def odometry_msg_pose(msg) -> tuple[float, np.ndarray]:
-    """nav_msgs/Odometry -> (stamp in s, T_odom_base 4x4)."""
+    """nav_msgs/Odometry -> (stamp in s, T_odom_base 4x4). A quaternion of zero length (or
+    NaN) gives a NaN rotation, which the source rejects and counts (``non_finite``): it is no
+    rotation, and taking it as the identity would corrupt the fit silently."""
     p, q = msg.pose.pose.position, msg.pose.pose.orientation
     x, y, z, w = q.x, q.y, q.z, q.w
-    n = math.sqrt(x * x + y * y + z * z + w * w) or 1.0
+    n = math.sqrt(x * x + y * y + z * z + w * w)
+    n = n if n > 1e-9 else math.nan
     x, y, z, w = x / n, y / n, z / n, w / n
     T = np.eye(4)
     T[:3, :3] = [[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],

@@ -2,7 +2,8 @@
 
 * :class:`ScaleConfig` -- the ``scale.*`` settings (source, thresholds, policies);
 * :class:`ScaleEstimator` -- one per stream: samples -> robust log-scale estimate, states
-  UNKNOWN -> CONVERGING -> LOCKED, bounded refinement, stale reasons; readers get immutable
+  UNKNOWN -> CONVERGING -> LOCKED, bounded refinement, stale reasons, the recent samples'
+  drift from the applied value (:class:`ScaleDrift`); readers get immutable
   :class:`ScaleEstimate` snapshots;
 * sample sources, each returning a :class:`ScaleSample` or a counted :class:`Rejection`:
   :class:`DepthSource` / :func:`depth_sample`, :class:`OdometrySource` /
@@ -19,18 +20,19 @@ from .camera_height import (GroundPlane, camera_height_depth_sample, camera_heig
 from .config import BEFORE_LOCK_POLICIES, SCALE_SOURCES, ScaleConfig
 from .depth import (DEPTH_ENCODINGS, CropLike, DepthBuffer, DepthImage, DepthSource,
                     crop_depth, crop_indices, depth_sample, sensor_depth_m)
+from .drift import ScaleDrift, measure_drift
 from .estimator import ScaleEstimate, ScaleEstimator, ScaleState
-from .odometry import OdometrySource, PoseBuffer, fit_odometry_scale
+from .odometry import OdometrySource, PoseBuffer, fit_odometry_scale, odometry_rejection
 from .samples import NO_INPUT_REASON, REASONS, Rejection, SampleResult, ScaleSample
 from .units import (base_in_map_metres, c2w_to_metres, check_factor, depth_to_metres,
                     points_to_metres)
 
 __all__ = ["ScaleConfig", "SCALE_SOURCES", "BEFORE_LOCK_POLICIES",
-           "ScaleEstimator", "ScaleEstimate", "ScaleState",
+           "ScaleEstimator", "ScaleEstimate", "ScaleState", "ScaleDrift", "measure_drift",
            "ScaleSample", "Rejection", "SampleResult", "REASONS", "NO_INPUT_REASON",
            "DepthSource", "DepthBuffer", "DepthImage", "CropLike", "DEPTH_ENCODINGS",
            "depth_sample", "crop_depth", "crop_indices", "sensor_depth_m",
-           "OdometrySource", "PoseBuffer", "fit_odometry_scale",
+           "OdometrySource", "PoseBuffer", "fit_odometry_scale", "odometry_rejection",
            "GroundPlane", "fit_ground_plane", "camera_height_sample",
            "camera_height_depth_sample", "depth_grid_points",
            "c2w_to_metres", "depth_to_metres", "points_to_metres", "base_in_map_metres",

@@ -62,6 +62,10 @@ class ScaleConfig:
     max_samples: int = 100  # the estimate is the median of the last max_samples samples
     max_change_per_s: float = 0.01  # after LOCKED: |d log(scale) / dt| bound (1 %/s)
     stale_timeout_s: float = 5.0  # no sample for this long: the reason is reported (WARN)
+    # after LOCKED: the median of the last min_samples samples this many sigmas (of that
+    # median) from the applied scale, for drift_warn_s seconds of stamps: WARN (drift.py)
+    drift_warn_sigma: float = 5.0
+    drift_warn_s: float = 1.0
     before_lock: str = "withhold"  # withhold | publish_model_units
 
     def __post_init__(self) -> None:
@@ -73,12 +77,12 @@ class ScaleConfig:
         for name in ("factor", "depth_max_dt_s", "depth_max_m", "depth_min_conf",
                      "min_baseline_m", "odom_min_step_m", "odom_max_dt_s",
                      "max_ground_tilt_deg", "ground_inlier_ratio", "lock_spread",
-                     "max_change_per_s", "stale_timeout_s"):
+                     "max_change_per_s", "stale_timeout_s", "drift_warn_sigma"):
             _check_positive(name, getattr(self, name))
         for name in ("depth_unit_m", "camera_height_m"):
             if getattr(self, name) is not None:
                 _check_positive(name, getattr(self, name))
-        for name in ("depth_min_m",):
+        for name in ("depth_min_m", "drift_warn_s"):
             value = getattr(self, name)
             if not _is_number(value) or value < 0:
                 raise ValueError(f"scale.{name} must be a finite number >= 0, got {value!r}")

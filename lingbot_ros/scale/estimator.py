@@ -13,6 +13,9 @@ estimate of metres per model unit:
   rollover keeps the estimate; ``reset()`` (a new stream) starts a new one;
 * **stale detector** -- ``stale_reason(now_s)`` names why a source gave nothing for
   ``stale_timeout_s`` (the last rejection reason, or that no input ever came);
+* **drift detector** -- once LOCKED, each snapshot's ``drift`` compares the last
+  ``min_samples`` samples with the applied value, and ``drift_warning`` says so when they
+  disagree beyond ``drift_warn_sigma`` for ``drift_warn_s`` (drift.py);
 * **snapshots** -- ``state_dict()`` / ``load_state_dict()``: the whole estimate as plain JSON
   values (a stream snapshot's part); a restored estimator gives bit-identical estimates on the
   same next samples. A state saved under other estimate settings (source, ``factor``,
@@ -32,7 +35,9 @@ from typing import Optional
 import numpy as np
 
 from .config import ScaleConfig
-from .samples import NO_INPUT_REASON, Rejection, SampleResult, ScaleSample
+from .drift import ScaleDrift, measure_drift
+from .samples import (MAD_TO_SIGMA, MEDIAN_EFFICIENCY, NO_INPUT_REASON, Rejection,
+                      SampleResult, ScaleSample)
 
 __all__ = ["ScaleState", "ScaleEstimate", "ScaleEstimator", "float_to_json",
            "float_from_json"]
@@ -45,9 +50,6 @@ _ESTIMATE_SETTINGS = ("source", "min_samples", "lock_spread", "max_samples",
 _SOURCE_SETTINGS = {"fixed": ("factor",), "camera_height": ("camera_height_m",),
                     "depth": ("depth_unit_m",)}
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
-
-MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution -> its standard deviation
-MEDIAN_EFFICIENCY = 1.2533  # standard error of a median = 1.2533 sigma / sqrt(n)
 
 
 class ScaleState(str, Enum):
@@ -71,6 +73,15 @@ class ScaleEstimate:
     reason: str = ""  # the last rejection reason ("" once a sample followed it)
     rejections: tuple[tuple[str, int], ...] = ()  # (reason, count), sorted by reason
     stamp_s: float = math.nan  # stamp of the last sample or rejection
+    drift: Optional[ScaleDrift] = None  # LOCKED on samples: the recent ones vs the applied
+
+    @property
+    def drift_warning(self) -> Optional[str]:
+        """Why the applied scale is not to be trusted now (the recent samples disagree with it
+        beyond ``drift_warn_sigma`` for ``drift_warn_s``), else None."""
+        if self.drift is None or not self.drift.warning:
+            return None
+        return f"scale drift ({self.source}): {self.drift.text}"
 
     @property
     def locked(self) -> bool:
@@ -174,8 +185,11 @@ class ScaleEstimator:
     def state_dict(self) -> dict:
         """The estimate as plain JSON values (non-finite floats as "nan"/"inf"/"-inf"; finite
         ones round-trip exactly through JSON): the samples window, counts, state, segment,
-        applied value and its time, the stale clock and the rejection counters, with the
-        settings it was made under (checked by :meth:`load_state_dict`)."""
+        applied value and its time, the stale clock, the drift's start (``drift_since_s``;
+        with the stamp of its last measure and its start before it, so a restored estimator
+        recomputes the same ``drift``; absent from an older build's: none under way) and the
+        rejection counters, with the settings it was made under (checked by
+        :meth:`load_state_dict`)."""
         return {"version": STATE_VERSION, "settings": _settings_of(self._config),
                 "logs": [float_to_json(v) for v in self._logs], "count": self._count,
                 "state": self._state.value, "segment": self._segment,
@@ -185,6 +199,9 @@ class ScaleEstimator:
                 "last_rejection_s": float_to_json(self._last_rejection_s),
                 "since_s": float_to_json(self._since_s),
                 "stamp_s": float_to_json(self._stamp_s),
+                "drift_since_s": float_to_json(self._drift_since_s),
+                "drift_stamp_s": float_to_json(self._drift_stamp_s),
+                "drift_before_s": float_to_json(self._drift_before_s),
                 "rejections": {k: int(v) for k, v in sorted(self._rejections.items())}}
 
     def check_state_dict(self, state) -> None:
@@ -203,8 +220,13 @@ class ScaleEstimator:
         self._stats = None
         self._rejections = Counter(parsed["rejections"])
         for key in ("count", "state", "segment", "applied_log", "applied_s", "reason",
-                    "last_sample_s", "last_rejection_s", "since_s", "stamp_s"):
+                    "last_sample_s", "last_rejection_s", "since_s", "stamp_s",
+                    "drift_since_s", "drift_stamp_s", "drift_before_s"):
             setattr(self, f"_{key}", parsed[key])
+        self._drift = None
+        if self._state is ScaleState.LOCKED and self._logs:  # as it was at the last sample
+            self._drift_since_s = parsed["drift_before_s"]
+            self._measure_drift(self._drift_stamp_s)
         self._snapshot = self._make_snapshot()
         return self._snapshot
 
@@ -237,6 +259,10 @@ class ScaleEstimator:
             for key in ("applied_log", "applied_s", "last_sample_s", "last_rejection_s",
                         "since_s", "stamp_s"):
                 out[key] = float_from_json(state[key])
+            # an older snapshot has none: no drift was under way
+            out["drift_since_s"] = float_from_json(state.get("drift_since_s", "nan"))
+            out["drift_stamp_s"] = float_from_json(state.get("drift_stamp_s", "nan"))
+            out["drift_before_s"] = float_from_json(state.get("drift_before_s", "nan"))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"scale state is malformed ({type(exc).__name__}: {exc})") \
                 from None
@@ -271,6 +297,10 @@ class ScaleEstimator:
         self._last_rejection_s = -math.inf
         self._since_s = math.nan
         self._stamp_s = math.nan
+        self._drift_since_s = math.nan  # start of the recent samples' disagreement (drift.py)
+        self._drift_before_s = math.nan  # ... as it was before the last measure
+        self._drift_stamp_s = math.nan  # the stamp of the last measure
+        self._drift: Optional[ScaleDrift] = None
         if self._config.source == "fixed":
             self._state = ScaleState.LOCKED
             self._applied_log = math.log(self._config.factor)
@@ -294,6 +324,7 @@ class ScaleEstimator:
             self._applied_s = sample.stamp_s
             if len(self._logs) >= cfg.min_samples and spread < cfg.lock_spread:
                 self._state = ScaleState.LOCKED
+                self._measure_drift(sample.stamp_s)
             else:
                 self._state = ScaleState.CONVERGING
             return
@@ -305,6 +336,17 @@ class ScaleEstimator:
         self._applied_log += min(max(target - self._applied_log, -bound), bound)
         if math.isfinite(sample.stamp_s) and not sample.stamp_s < self._applied_s:
             self._applied_s = sample.stamp_s
+        self._measure_drift(sample.stamp_s)
+
+    def _measure_drift(self, stamp_s: float) -> None:
+        """The last ``min_samples`` samples against the applied value, at ``stamp_s``."""
+        cfg = self._config
+        logs = self._logs  # the newest min_samples, read from the deque's end
+        recent = [logs[i] for i in range(-min(cfg.min_samples, len(logs)), 0)]
+        self._drift_before_s, self._drift_stamp_s = self._drift_since_s, stamp_s
+        self._drift = measure_drift(recent, self._applied_log, stamp_s, self._drift_since_s,
+                                    cfg.drift_warn_sigma, cfg.drift_warn_s)
+        self._drift_since_s = self._drift.since_s
 
     def _median_spread(self) -> tuple[float, float]:
         """The window's median log scale and its MAD spread (computed once per change of
@@ -333,7 +375,7 @@ class ScaleEstimator:
                              sigma_log=sigma, samples=self._count, segment=self._segment,
                              min_samples=cfg.min_samples, reason=self._reason,
                              rejections=tuple(sorted(self._rejections.items())),
-                             stamp_s=self._stamp_s)
+                             stamp_s=self._stamp_s, drift=self._drift)
 
 
 def _finite_or(value: float, default: float) -> float:

@@ -38,10 +38,21 @@ from .samples import Rejection, SampleResult, ScaleSample
 from ..geometry import rotation_angle
 from .se3 import interpolate_pose, is_rigid, rigid_inverse
 
-__all__ = ["PoseBuffer", "OdometrySource", "fit_odometry_scale"]
+__all__ = ["PoseBuffer", "OdometrySource", "fit_odometry_scale", "odometry_rejection"]
 
 TURN_RAD = 0.1  # a window whose odometry turned more than this (and moved too little) turned
 STATE_VERSION = 1  # of OdometrySource.state_dict()
+
+
+def odometry_rejection(stamp_s, pose) -> Optional[Rejection]:
+    """The Rejection (``non_finite``) of an odometry pose that cannot be used -- a non-finite
+    stamp, a pose that is not a finite rigid 4x4 -- else None. Checked where a pose is taken,
+    also before a stream's first frame (when the source is not built yet)."""
+    if not (isinstance(stamp_s, (int, float)) and math.isfinite(stamp_s)) \
+            or not is_rigid(pose):
+        return Rejection(stamp_s if isinstance(stamp_s, float) else math.nan, "non_finite",
+                         "odometry pose is not a finite rigid transform")
+    return None
 
 
 class PoseBuffer:
@@ -72,10 +83,9 @@ class PoseBuffer:
     def push(self, stamp_s: float, pose) -> Optional[Rejection]:
         """Add a pose (kept sorted by stamp; a repeated stamp replaces). A non-finite stamp
         or a pose that is not a finite rigid 4x4 is refused with a Rejection."""
-        if not (isinstance(stamp_s, (int, float)) and math.isfinite(stamp_s)) \
-                or not is_rigid(pose):
-            return Rejection(stamp_s if isinstance(stamp_s, float) else math.nan, "non_finite",
-                             "odometry pose is not a finite rigid transform")
+        rejected = odometry_rejection(stamp_s, pose)
+        if rejected is not None:
+            return rejected
         pose = np.array(pose, dtype=np.float64)
         i = bisect.bisect_left(self._stamps, stamp_s)
         if i < len(self._stamps) and self._stamps[i] == stamp_s:

@@ -9,7 +9,11 @@ import math
 from dataclasses import dataclass
 from typing import Union
 
-__all__ = ["ScaleSample", "Rejection", "SampleResult", "REASONS", "NO_INPUT_REASON"]
+__all__ = ["ScaleSample", "Rejection", "SampleResult", "REASONS", "NO_INPUT_REASON",
+           "MAD_TO_SIGMA", "MEDIAN_EFFICIENCY"]
+
+MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution -> its standard deviation
+MEDIAN_EFFICIENCY = 1.2533  # standard error of a median = 1.2533 sigma / sqrt(n)
 
 # Every reason a source gives for "no sample from this frame".
 REASONS = (

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from lingbot_ros.scale import (REASONS, Rejection, ScaleConfig, ScaleEstimator, ScaleSample,
-                               ScaleState)
+from lingbot_ros.scale import (REASONS, Rejection, ScaleConfig, ScaleDrift, ScaleEstimator,
+                               ScaleSample, ScaleState)
 
 
 def depth_cfg(**kw) -> ScaleConfig:
@@ -186,9 +186,12 @@ def test_config_defaults():
 def same(a, b) -> bool:
     """Two ScaleEstimates bit-identical (NaN equal to NaN)."""
     def key(e):
+        drift = () if e.drift is None else tuple(
+            getattr(e.drift, f) for f in ScaleDrift.__dataclass_fields__)
         return tuple(("nan",) if isinstance(v, float) and math.isnan(v) else v
                      for v in (e.state, e.source, e.metres_per_unit, e.sigma_log, e.samples,
-                               e.segment, e.min_samples, e.reason, e.rejections, e.stamp_s))
+                               e.segment, e.min_samples, e.reason, e.rejections, e.stamp_s)
+                     + drift)
     return key(a) == key(b)
 
 

@@ -45,3 +45,21 @@ def test_add_clear_and_summary_from_three_threads_never_raise():
         t.join()
     assert not errors, errors
     assert summaries == 20_000
+
+
+def test_a_summary_is_computed_once_per_change_of_the_window():
+    """The diagnostics timer reads the summary more often than frames come: the same window
+    gives the same figures (computed once), each add, clear or load gives new ones."""
+    w = LatencyWindow(size=4)
+    for ms in (1, 2, 3):
+        w.add(ms)
+    first = w.summary()
+    first["p50"] = -1.0  # a caller's copy: the kept summary is not changed through it
+    assert w.summary() == {"count": 3, "last": 3.0, "p50": 2.0, "p90": 2.8,
+                           "p99": 2.98, "max": 3.0}
+    w.add(10)
+    assert w.summary()["last"] == 10.0 and w.summary()["count"] == 4
+    w.clear()
+    assert w.summary()["count"] == 0 and w.summary()["p50"] is None
+    w.load_state_dict({"values": [5.0, 7.0], "count": 9})
+    assert w.summary()["count"] == 9 and w.summary()["p50"] == 6.0
