@@ -84,9 +84,9 @@ def write_target(files: FileRoot, given: str) -> Path:
     that is not text, or one that names a folder (``""``, ``/``, ``..``, a trailing ``/``);
     ``FileNotFoundError`` when its folder does not exist."""
     files.resolve(given)  # the names, and where every link of it leads: the root's rules
-    literal = _literal(files, given)
-    if literal.name in ("", ".", "..") or given.endswith(("/", "/.")):
+    if Path(given).name in ("", ".", "..") or given.endswith(("/", "/.")):
         raise FileRefused(f"{given!r} names a folder, not a file", given)
+    literal = _literal(files, given)
     folder = files.resolve(str(literal.parent))
     if not folder.is_dir():
         raise FileNotFoundError(2, f"its folder {folder} does not exist", given)
