@@ -199,5 +199,6 @@ def _target(node, session, nothing: str, given_path: str, response) -> Path | No
         return write_target(node.files, given_path)
     except OSError as exc:  # FileRefused, a missing folder, EACCES, ELOOP...
         response.success = False
-        response.message = f"cannot write {given_path!r}: {_reason(exc)}"
+        shown = given_path if len(given_path) <= 200 else given_path[:200] + "..."
+        response.message = f"cannot write {shown!r}: {_reason(exc)}"
         return None
