@@ -45,8 +45,12 @@ class Services:
             try:
                 return handler(request, response)
             except Exception as exc:  # noqa: BLE001 -- answered and logged, the node stays up
+                reason = _reason(exc)
+                filename = getattr(exc, "filename", None)
+                if filename is not None and str(filename) not in reason:
+                    reason = f"{reason}: {filename}"
                 response.success = False
-                response.message = f"failed: {type(exc).__name__}: {_reason(exc)}"
+                response.message = f"failed: {type(exc).__name__}: {reason}"
                 self._node.get_logger().error(f"{name}: {response.message}")
                 return response
         return answer

@@ -2,10 +2,12 @@
 (empty, '/', '..', '../../etc/passwd', an absolute path outside files.root, a FIFO, a folder,
 a symlink out of the root, a symlink to a 2 GiB sparse file, a symlink loop, a 10 kB path,
 a 300-byte name, a NUL byte, a file the node did not write; for ~/load_session also snapshot folders whose manifest.json is
-a folder, a FIFO or a link to the 2 GiB file). The node stays up, answers each within 5 s
+a folder, a FIFO or a link to the 2 GiB file, or whose tensor file is a folder). The node
+stays up, answers each within 5 s
 with success=false and a reason, changes no file, and keeps tracking: images published
 between the batches and after them give poses. ~/pause, ~/get_cache_info and ~/reset take no
-path: they are called in between and must answer too.
+path: they are called in between and must answer too. A good snapshot loads after all the
+failed loads.
 
 Non-UTF-8 cannot be sent from rclpy: a str with lone surrogates (how Python carries
 undecodable bytes) raises UnicodeEncodeError in the client's serialization, before anything
@@ -16,6 +18,7 @@ the case sends an outside path with a NUL-led suffix, which must be refused as o
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import time
@@ -132,8 +135,8 @@ def test_every_service_refuses_hostile_paths_and_the_node_keeps_tracking(tmp_pat
         serialize_message(SaveTrajectory.Request(path="\udcff.tum"))
 
     root, outside = hostile_tree(tmp_path)
-    before = tree_state(root, outside)
     common, load_only = cases(root, outside)
+    load_only.append(("tensor_file_is_a_folder", "bad_tensor.snap"))
     batch = [0]
     with NodeProcess(ros_env, tmp_path, {**PARAMS, "files.root": str(root)}) as node, \
             ServiceProbe() as probe:
@@ -150,6 +153,18 @@ def test_every_service_refuses_hostile_paths_and_the_node_keeps_tracking(tmp_pat
                              lambda: f"{count} poses after batch {batch[0]}")
 
         track(3)
+        # A good snapshot, and a copy whose tensor file is a folder (read by the snapshot
+        # reader: the service answers whatever it raises). The good one loads at the end:
+        # a failed load, then a successful one.
+        probe.warm_up("save_session", request("save_session", ""))
+        reply, _ = probe.ask("save_session", request("save_session", "good.snap"), 30.0)
+        assert reply is not None and reply.success, reply
+        shutil.copytree(root / "good.snap", root / "bad_tensor.snap")
+        tensor = next(p for p in (root / "bad_tensor.snap").iterdir()
+                      if p.name != "manifest.json")
+        tensor.unlink()
+        tensor.mkdir()
+        before = tree_state(root, outside)
         answered = []
         for name in ("save_trajectory", "save_map", "save_session", "load_session"):
             probe.warm_up(name, request(name, ""))
@@ -172,6 +187,9 @@ def test_every_service_refuses_hostile_paths_and_the_node_keeps_tracking(tmp_pat
             assert reply is not None and reply.success, (name, reply)
             answered.append((name, "no path", round(took, 3), reply.message[:120]))
         track(3)
+        reply, _ = probe.ask("load_session", request("load_session", "good.snap"), 30.0)
+        assert reply is not None and reply.success, reply
+        track(2)
         assert node.poll() is None, node.log()[-3000:]
         log = node.log()
 
