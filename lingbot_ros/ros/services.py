@@ -2,6 +2,7 @@
 ~/save_session, ~/load_session."""
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import numpy as np
@@ -40,20 +41,32 @@ class Services:
                 (LoadSession, "~/load_session", self._load_session))]
 
     def _answered(self, name: str, handler):
-        """``handler`` that answers ``success: false`` with the reason for any exception."""
+        """``handler`` that answers ``success: false`` with the reason for any exception (a
+        coroutine handler stays one: rclpy's executor awaits it)."""
+        if inspect.iscoroutinefunction(handler):
+            async def answer_async(request, response):
+                try:
+                    return await handler(request, response)
+                except Exception as exc:  # noqa: BLE001 -- answered, the node stays up
+                    return self._failed(name, response, exc)
+            return answer_async
+
         def answer(request, response):
             try:
                 return handler(request, response)
-            except Exception as exc:  # noqa: BLE001 -- answered and logged, the node stays up
-                reason = _reason(exc)
-                filename = getattr(exc, "filename", None)
-                if filename is not None and str(filename) not in reason:
-                    reason = f"{reason}: {filename}"
-                response.success = False
-                response.message = f"failed: {type(exc).__name__}: {reason}"
-                self._node.get_logger().error(f"{name}: {response.message}")
-                return response
+            except Exception as exc:  # noqa: BLE001 -- answered, the node stays up
+                return self._failed(name, response, exc)
         return answer
+
+    def _failed(self, name: str, response, exc: Exception):
+        reason = _reason(exc)
+        filename = getattr(exc, "filename", None)
+        if filename is not None and str(filename) not in reason:
+            reason = f"{reason}: {filename}"
+        response.success = False
+        response.message = f"failed: {type(exc).__name__}: {reason}"
+        self._node.get_logger().error(f"{name}: {response.message}")  # one severity here
+        return response
 
     def destroy(self) -> None:
         for srv in self._services:
