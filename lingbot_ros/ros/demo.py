@@ -92,7 +92,8 @@ def main(argv=None) -> int:
     print(f"[demo] bag {bag.path}, ground truth {bag.gt_path}")
     node_args = [sys.executable, "-m", "lingbot_ros.ros.node", "--ros-args",
                  "-r", "image:=/camera/image_raw", "-p", "qos.image:=reliable",
-                 "-p", f"device:={args.device}", "-p", "publish.map_points:=true"]
+                 "-p", f"device:={args.device}", "-p", "publish.map_points:=true",
+                 "-p", f"files.root:={out}"]  # the saves below go under --out
     node_args += (["-p", f"checkpoint:={args.checkpoint}"] if args.checkpoint else TINY)
     node_args += ["-p", "model.trust_pickle:=true"] if args.trust_checkpoint else []
     node_args += ["-p", f"scale.source:={args.scale}", "-r", f"aligned_depth:={DEPTH_TOPIC}"]

@@ -28,6 +28,7 @@ from rclpy.task import Future
 from sensor_msgs.msg import CameraInfo
 from std_msgs.msg import Header
 
+from ..geometry import FileRoot
 from ..session import StreamingSession
 from . import params
 from .background_job import BackgroundJob
@@ -36,6 +37,7 @@ from .gc_pauses import GcPauses
 from .image_input import ImageInput
 from .outputs import Outputs
 from .node_config import scale_reads_tf
+from .node_files import check_snapshot_paths, open_files_root, unconfined_warning
 from .robot_frames import RobotFrames, tf_tree_mode
 from .scale_inputs import scale_inputs
 from .scale_topic import ScalePublisher
@@ -65,6 +67,7 @@ class LingbotNode(LifecycleNode):
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.finished = Future()  # done once the lifecycle shutdown ran: main() returns
         self.settings: Optional[params.Settings] = None
+        self.files: Optional[FileRoot] = None  # files.root: every caller's path (node_files.py)
         self.session: Optional[StreamingSession] = None
         self.telemetry = NodeTelemetry()  # counters since the node started (written by the worker)
         self.gc_pauses = GcPauses()  # the collector's full collections, timed (/diagnostics)
@@ -114,10 +117,20 @@ class LingbotNode(LifecycleNode):
             settings = params.build_settings(params.read(self))
         except ValueError as exc:
             errors.append(str(exc))
+        if not errors:  # files.root created; resume_from and save_on_shutdown resolved in it
+            try:
+                files = open_files_root(settings.files_root)
+                settings, notes = check_snapshot_paths(settings, files)
+            except (OSError, ValueError) as exc:
+                errors.append(str(exc))
         if errors:
             for e in errors:
                 self.get_logger().error(f"configure failed: {e}")
             return TransitionCallbackReturn.FAILURE
+        if unconfined_warning(files):
+            self.get_logger().warning(unconfined_warning(files))
+        for note in notes:
+            self.get_logger().info(note)
         if settings.trust_pickle and settings.checkpoint:
             self.get_logger().warning(
                 f"model.trust_pickle: true: {settings.checkpoint} may be unpickled in full "
@@ -144,7 +157,7 @@ class LingbotNode(LifecycleNode):
         if resumed is not None and not self.snapshots.continue_scale(
                 resumed, scale, settings.resume_from):
             return TransitionCallbackReturn.FAILURE
-        self.settings, self.session = settings, session
+        self.settings, self.session, self.files = settings, session, files
         self.scale = scale
         if resumed is not None:  # its map and path wait for activate
             self.snapshots.resumed(resumed, settings.resume_from)

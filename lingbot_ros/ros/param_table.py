@@ -152,11 +152,23 @@ PARAMS: tuple[Param, ...] = (
     P("session.size_change_frames", int, 3, "session.size_change_frames",
       "consecutive frames of a new input size that reset the stream on it", range=(1, 1000)),
     P("session.resume_from", str, "", "settings.resume_from",
-      "snapshot directory (~/save_session) to continue at configure, in the same map frame; "
-      "empty = a new stream. A snapshot that cannot be restored fails the configure"),
+      "snapshot directory (~/save_session) to continue at configure, in the same map frame, "
+      "under files.root; empty = a new stream. A snapshot that cannot be restored (or none "
+      "there, unless session.resume_if_present) fails the configure"),
+    P("session.resume_if_present", bool, False, "settings.resume_if_present",
+      "with session.resume_from: nothing there yet (a first start) starts a new stream "
+      "instead of failing the configure; a snapshot there that cannot be restored still fails"),
     P("session.save_on_shutdown", str, "", "settings.save_on_shutdown",
       "snapshot directory written on a clean shutdown (SIGINT, SIGTERM, lifecycle "
-      "shutdown); empty = none"),
+      "shutdown), under files.root; empty = none. Its folder must exist and be writable "
+      "(checked at configure)"),
+    # --- files
+    P("files.root", str, "", "settings.files_root",
+      "the folder every path given to the node resolves under (~/save_trajectory, "
+      "~/save_map, ~/save_session, ~/load_session, session.resume_from, "
+      "session.save_on_shutdown): relative paths are its, paths and symlinks leading "
+      "outside are refused; created at configure. Empty = $ROS_HOME/lingbot_ros "
+      "(~/.ros/lingbot_ros); '/' = anywhere (WARN)"),
     # --- paged KV cache
     P("cache.window", int, 64, "session.window", "frames of full context, current included",
       range=(1, 1024)),

@@ -39,6 +39,8 @@ class Settings:
     gc_freeze: bool
     resume_from: str = ""  # a snapshot to continue at configure (docs/node.md)
     save_on_shutdown: str = ""  # where to write one on a clean shutdown
+    resume_if_present: bool = False  # nothing at resume_from: a new stream, not a failure
+    files_root: str = ""  # files.root: "" = $ROS_HOME/lingbot_ros, "/" = anywhere
 
 
 def build_settings(values: dict) -> Settings:

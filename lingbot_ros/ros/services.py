@@ -2,7 +2,7 @@
 ~/save_session, ~/load_session."""
 from __future__ import annotations
 
-import os
+import inspect
 from pathlib import Path
 
 import numpy as np
@@ -15,26 +15,58 @@ from std_srvs.srv import SetBool, Trigger
 from ..geometry import write_tum
 from .frames import FrameChain
 from .messages import cache_info
+from .node_files import write_target
 from .robot_frames import DEFAULT_CAMERA_FRAME
 from .stream_scale import units_header
 
 
 class Services:
+    """The handlers answer every request: a failure of any kind (an I/O error, a bad path,
+    a bug) is ``success: false`` with the reason, never an exception in the executor (which
+    would end the node)."""
+
     def __init__(self, node) -> None:
         self._node = node
         group = MutuallyExclusiveCallbackGroup()  # never blocked by the image intake
         self._services = [
-            node.create_service(Trigger, "~/reset", self._reset, callback_group=group),
-            node.create_service(GetCacheInfo, "~/get_cache_info", self._cache_info,
-                                callback_group=group),
-            node.create_service(SaveTrajectory, "~/save_trajectory", self._save,
-                                callback_group=group),
-            node.create_service(SetBool, "~/pause", self._pause, callback_group=group),
-            node.create_service(SaveMap, "~/save_map", self._save_map, callback_group=group),
-            node.create_service(SaveSession, "~/save_session", self._save_session,
-                                callback_group=group),
-            node.create_service(LoadSession, "~/load_session", self._load_session,
-                                callback_group=group)]
+            node.create_service(srv_type, name, self._answered(name, handler),
+                                callback_group=group)
+            for srv_type, name, handler in (
+                (Trigger, "~/reset", self._reset),
+                (GetCacheInfo, "~/get_cache_info", self._cache_info),
+                (SaveTrajectory, "~/save_trajectory", self._save),
+                (SetBool, "~/pause", self._pause),
+                (SaveMap, "~/save_map", self._save_map),
+                (SaveSession, "~/save_session", self._save_session),
+                (LoadSession, "~/load_session", self._load_session))]
+
+    def _answered(self, name: str, handler):
+        """``handler`` that answers ``success: false`` with the reason for any exception (a
+        coroutine handler stays one: rclpy's executor awaits it)."""
+        if inspect.iscoroutinefunction(handler):
+            async def answer_async(request, response):
+                try:
+                    return await handler(request, response)
+                except Exception as exc:  # noqa: BLE001 -- answered, the node stays up
+                    return self._failed(name, response, exc)
+            return answer_async
+
+        def answer(request, response):
+            try:
+                return handler(request, response)
+            except Exception as exc:  # noqa: BLE001 -- answered, the node stays up
+                return self._failed(name, response, exc)
+        return answer
+
+    def _failed(self, name: str, response, exc: Exception):
+        reason = _reason(exc)
+        filename = getattr(exc, "filename", None)
+        if filename is not None and str(filename) not in reason:
+            reason = f"{reason}: {filename}"
+        response.success = False
+        response.message = f"failed: {type(exc).__name__}: {reason}"
+        self._node.get_logger().error(f"{name}: {response.message}")  # one severity here
+        return response
 
     def destroy(self) -> None:
         for srv in self._services:
@@ -84,7 +116,7 @@ class Services:
     def _save(self, request, response):
         node = self._node
         session, settings = node.session, node.settings  # a cleanup may run meanwhile
-        path = _target(session, "no trajectory", request.path, response)
+        path = _target(node, session, "no trajectory", request.path, response)
         if path is None:
             return response
         stamps, poses = session.trajectory.snapshot()
@@ -110,7 +142,7 @@ class Services:
 
     def _save_map(self, request, response):
         node = self._node
-        path = _target(node.session, "no map", request.path, response)
+        path = _target(node, node.session, "no map", request.path, response)
         if path is None:
             return response
         try:
@@ -132,7 +164,7 @@ class Services:
         """~/save_session: the stream's snapshot (a directory), path rules as for
         ~/save_trajectory; the answer comes once it is on disk."""
         node = self._node
-        path = _target(node.session, "no stream", request.path, response)
+        path = _target(node, node.session, "no stream", request.path, response)
         if path is None:
             return response
         ok, message, nbytes, frames = node.save_session(path)
@@ -149,10 +181,13 @@ class Services:
         if node.session is None:
             response.success, response.message = False, "not configured: no stream to replace"
             return response
-        if not request.path:
-            response.success, response.message = False, "no path given"
+        try:  # confined to files.root, every link followed (a folder is read, never written)
+            path = node.files.resolve(request.path)
+        except OSError as exc:
+            response.success = False
+            response.message = f"not loaded (the stream is unchanged): {_reason(exc)}"
+            node.get_logger().warning(f"~/load_session: {response.message}")
             return response
-        path = Path(request.path).expanduser()
         ok, message, frames = node.load_session(path)
         response.success, response.message, response.frames = ok, message, int(frames)
         if ok:  # one severity per call site (rclpy refuses a change between calls)
@@ -166,28 +201,21 @@ def _reason(exc: Exception) -> str:
     return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
 
 
-def _target(session, nothing: str, given_path: str, response) -> Path | None:
+def _target(node, session, nothing: str, given_path: str, response) -> Path | None:
     """The absolute file a save request names, or None with ``response`` saying why (also
     when there is no ``session``: unconfigured, ``nothing`` to save).
 
-    Relative paths are the node's working directory's; the answer names the absolute path
-    written, its folder resolved (the file itself is never followed: the writers refuse a
-    target that is not a regular file, a symlink included)."""
+    The path is confined to ``files.root`` (relative paths are the root's; ``..``, absolute
+    paths and symlinks leading outside are refused); the answer names the absolute path
+    written, its folder resolved. The file itself is never followed: the writers refuse a
+    target that is not a regular file (a symlink included) or one they did not write."""
     if session is None:
         response.success, response.message = False, f"not configured: {nothing}"
         return None
-    if not given_path:
-        response.success, response.message = False, "cannot write '': no path given"
-        return None
-    given = Path(given_path).expanduser()
-    if given.name in ("", ".."):
+    try:
+        return write_target(node.files, given_path)
+    except OSError as exc:  # FileRefused, a missing folder, EACCES, ELOOP...
         response.success = False
-        response.message = (f"cannot write {given_path!r} "
-                            f"({Path(os.path.abspath(given))}): it names a folder")
+        shown = given_path if len(given_path) <= 200 else given_path[:200] + "..."
+        response.message = f"cannot write {shown!r}: {_reason(exc)}"
         return None
-    if not given.parent.is_dir():
-        response.success = False
-        response.message = (f"cannot write {given_path!r} "
-                            f"({Path(os.path.abspath(given))}): its folder does not exist")
-        return None
-    return given.parent.resolve() / given.name

@@ -32,6 +32,8 @@ import torch
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
+from ..geometry.file_rules import FileRefused, read_regular
+
 __all__ = ["FORMAT", "FORMAT_VERSION", "SnapshotError", "SnapshotData", "snapshot_data",
            "write_snapshot", "read_snapshot", "read_manifest", "check_compatible",
            "model_origin", "stream_config"]
@@ -39,6 +41,7 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "SnapshotError", "SnapshotData", "snapsho
 FORMAT = "lingbot_ros.stream_snapshot"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+MAX_MANIFEST_BYTES = 64 << 20  # a manifest is kB; larger is not one of ours
 _RUNNER_FILE = "kv_cache.safetensors"
 _STREAM_FILE = "stream.safetensors"
 _FRONT_END_FILE = "front_end.safetensors"
@@ -250,10 +253,13 @@ def read_manifest(path) -> dict:
     path = Path(path)
     if not path.is_dir():
         raise SnapshotError(f"{path}: no snapshot there (not a directory)")
-    try:
-        manifest = json.loads((path / MANIFEST).read_bytes())
+    try:  # a regular file, its size checked first: a FIFO or a link to a huge file is refused
+        manifest = json.loads(read_regular(path / MANIFEST, max_bytes=MAX_MANIFEST_BYTES))
     except FileNotFoundError:
         raise SnapshotError(f"{path}: {MANIFEST} is missing") from None
+    except OSError as exc:  # FileRefused (a folder, FIFO, symlink, too large), EACCES...
+        reason = exc if isinstance(exc, FileRefused) else exc.strerror or exc
+        raise SnapshotError(f"{path}/{MANIFEST}: {reason}") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise SnapshotError(f"{path}/{MANIFEST} is not valid JSON ({exc}): truncated or "
                             "corrupted") from None

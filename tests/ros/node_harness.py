@@ -6,7 +6,8 @@
         probe.wait_until(lambda: len(probe.poses) >= 30, 60, "30 poses")
 
 The node runs as ``python -m lingbot_ros.ros.node --ros-args ...`` with the tiny preset on tiny
-images (TINY_PARAMS) plus the test's parameters; its output goes to files (read with
+images (TINY_PARAMS) plus the test's parameters, with ``files.root`` the test's tmp_path (the
+file services' paths resolve under it); its output goes to files (read with
 ``node.log()``), so a chatty node never blocks on a full pipe. The probe has its own rclpy
 context, spun in a thread: subscriptions to the node's pose, path, status, cache_info and
 /diagnostics (each message kept with its monotonic receive time), clients of its services and
@@ -77,7 +78,9 @@ class NodeProcess:
 
     def __init__(self, env: dict[str, str], tmp_path: Path, params: Optional[dict] = None,
                  remaps: Optional[dict[str, str]] = None, name: str = "node") -> None:
-        self.cmd = node_command(params or {}, remaps)
+        # files.root: the test's folder (the node's own default, $ROS_HOME/lingbot_ros, is
+        # outside it), so the file services take the test's paths
+        self.cmd = node_command({"files.root": str(tmp_path), **(params or {})}, remaps)
         # One torch (OpenMP) thread: on a loaded 2-core machine, OpenMP workers spin-waiting
         # beside the replay and probe processes stalled the node for seconds at a time.
         self._env = {**env, "OMP_NUM_THREADS": "1"}

@@ -31,6 +31,7 @@ def ros_env(tmp_path, monkeypatch) -> dict[str, str]:
     values = {"ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
               "ROS_DOMAIN_ID": str(random.randint(1, 101)),
               "ROS_LOG_DIR": str(tmp_path / "ros_log"),
+              "ROS_HOME": str(tmp_path / "ros_home"),  # files.root's default: never ~/.ros
               "PYTHONUNBUFFERED": "1"}
     for name, value in values.items():
         monkeypatch.setenv(name, value)

@@ -1,6 +1,6 @@
 """~/save_trajectory after a bag replay: a TUM file that evo reads, one pose per processed frame
 with the image stamps and the published poses, answered with the absolute path written (a
-relative path is the node's working directory's); a bad path is refused with a message; an
+relative path is files.root's); a bad path is refused with a message; an
 existing target that is not a regular file (FIFO, symlink, folder) is neither followed nor
 replaced, and no temporary file is left behind by a failure."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 
 from tests.ros.node_harness import IMAGE_TOPIC, NodeProcess, Probe, make_bag
 from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
-from tests.ros.ros_helpers import REPO, finish, start_replay
+from tests.ros.ros_helpers import finish, start_replay
 
 FRAMES = 12
 PARAMS = {"qos.image": "reliable", "qos.image_depth": 100, "queue_size": 100}
@@ -42,7 +42,7 @@ def test_save_trajectory_is_read_by_evo(tmp_path, ros_env):
         assert reply.success, reply.message
         assert reply.num_poses == FRAMES and str(out.resolve()) in reply.message
         # The file names its frame (a bare camera here: the camera frame is tracked).
-        assert out.read_text().splitlines()[0].startswith(
+        assert out.read_text().splitlines()[1].startswith(
             "# frame: camera_optical_frame in map (REP-105, as ~/pose)")
 
         # Not writable: a missing folder, an empty path. Nothing is written, the node says why.
@@ -53,13 +53,11 @@ def test_save_trajectory_is_read_by_evo(tmp_path, ros_env):
         reply = save(probe, "")
         assert not reply.success and reply.message
 
-        # A relative path is the node's working directory's (the harness starts it in REPO);
-        # the answer names the absolute, resolved path that was written.
+        # A relative path is files.root's (the harness sets it to tmp_path; the node runs in
+        # REPO); the answer names the absolute, resolved path that was written.
         rel_dir = tmp_path / "rel"
         rel_dir.mkdir()
-        relative = os.path.relpath(rel_dir / "t.tum", REPO)
-        assert not os.path.isabs(relative)
-        reply = save(probe, relative)
+        reply = save(probe, "rel/t.tum")
         assert reply.success, reply.message
         written = (rel_dir / "t.tum").resolve()
         assert reply.message.endswith(f" to {written}"), reply.message
@@ -89,6 +87,19 @@ def test_save_trajectory_is_read_by_evo(tmp_path, ros_env):
         reply = save(probe, folder)
         assert not reply.success and "folder" in reply.message, reply.message
         assert [p.name for p in folder.iterdir()] == ["inside"]
+        # Outside files.root ('..', an absolute path elsewhere): refused, nothing written.
+        for outside in ("../escaped.tum", str(tmp_path.parent / "escaped.tum")):
+            reply = save(probe, outside)
+            assert not reply.success and "outside files.root" in reply.message, reply.message
+        assert not (tmp_path.parent / "escaped.tum").exists()
+        # A regular file the node did not write (its params file, authorized_keys) is never
+        # replaced; one it wrote is.
+        theirs = tmp_path / "params.yaml"
+        theirs.write_text("lingbot_ros:\n  ros__parameters: {}\n")
+        reply = save(probe, theirs)
+        assert not reply.success and "not written by lingbot_ros" in reply.message, reply.message
+        assert theirs.read_text() == "lingbot_ros:\n  ros__parameters: {}\n"
+        assert save(probe, out).success
         assert not list(tmp_path.glob("*.tmp")) and not list(rel_dir.glob("*.tmp"))
         published = [g.msg.pose for g in probe.snapshot("poses")]
         assert node.poll() is None, node.log()[-3000:]
