@@ -132,3 +132,42 @@ def test_resume_refuses_another_scale_or_ply_setting(tmp_path, bag, caplog):
     # without --ply the snapshot's point map is not needed: the rest resumes
     assert main([str(bag), "--out", str(tmp_path / "ok"), "--resume", str(snap), *FAST,
                  *DEPTH]) == 0
+
+
+def test_resume_refuses_another_recording_of_the_same_length_and_rate(tmp_path, caplog):
+    """Image folders take their stamps from --fps: two recordings of one length and rate
+    have the same stamps. The snapshot of s1 resumed on s4 was accepted and the outputs
+    mixed both; the fingerprint of the input's first frames refuses it (s1 itself resumes)."""
+    from lingbot_ros.tools.synthetic_writers import write_image_folder
+    s1, s4 = (write_image_folder(render_sequence(12, 80, 60, seed=seed), tmp_path / name).path
+              for seed, name in ((0, "s1"), (3, "s4")))
+    snap = tmp_path / "snap"
+    assert main([str(s1), "--out", str(tmp_path / "a"), "--max-frames", "6", "--fps", "30",
+                 "--save-session", str(snap), *FAST]) == 0
+    caplog.clear()
+    assert main([str(s4), "--out", str(tmp_path / "b"), "--resume", str(snap), "--fps", "30",
+                 *FAST]) == 2
+    assert "input frame 1 (stamp 0 ns) is not the snapshot's" in caplog.text, caplog.text
+    assert "another recording" in caplog.text
+    assert not (tmp_path / "b" / "trajectory.tum").exists()
+    assert main([str(s1), "--out", str(tmp_path / "c"), "--resume", str(snap), "--fps", "30",
+                 *FAST]) == 0
+    assert summary(tmp_path / "c")["frames_processed"] == 12
+
+
+def test_a_bad_save_or_resume_target_fails_before_the_first_frame(tmp_path, bag, caplog):
+    """--save-session onto a folder we did not write (a manifest.json in it) and --resume of
+    something that is not a snapshot fail at once, with the reason; nothing is deleted."""
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "manifest.json").write_text("{}")
+    for flag, target, reason in (("--save-session", foreign, "no lingbot_ros_snapshot marker"),
+                                 ("--resume", foreign, "no lingbot_ros_snapshot marker"),
+                                 ("--save-session", tmp_path / "no" / "snap",
+                                  "does not exist")):
+        caplog.clear()
+        out = tmp_path / f"out{flag}{target.name}"
+        assert main([str(bag), "--out", str(out), flag, str(target), *FAST]) == 2
+        assert reason in caplog.text, caplog.text
+        assert "summary.json" not in {p.name for p in out.glob("*")}
+    assert (foreign / "manifest.json").read_text() == "{}"
