@@ -53,7 +53,8 @@ def test_resume_refuses_another_setting_or_recording(tmp_path, bag, caplog):
 
 def test_a_rerun_fleet_unit_resumes_from_its_last_snapshot(tmp_path, bag):
     from lingbot_ros.tools.eval_table import parse_args as eval_args
-    from lingbot_ros.tools.fleet import OutputTree, execute_unit, plan_units, run_settings
+    from lingbot_ros.tools.fleet import (OutputTree, execute_unit, plan_units, run_settings,
+                                         unit_snapshot_folder)
     from lingbot_ros.tools.offline import load_model
 
     def unit_run(out, snapshot_every):
@@ -68,7 +69,7 @@ def test_a_rerun_fleet_unit_resumes_from_its_last_snapshot(tmp_path, bag):
     want = (tree.unit_dir(unit.key) / "trajectory.tum").read_bytes()
     # An earlier attempt of the unit got 9 frames in and saved there (the unit's folder).
     unit, settings, tree, model = unit_run(tmp_path / "snap", 3)
-    folder = tree.state / "snapshots" / "bag__every_n"
+    folder = unit_snapshot_folder(unit, tree, settings)
     folder.parent.mkdir(parents=True)
     assert main([str(bag), "--out", str(tmp_path / "half"), "--max-frames", "9",
                  "--save-session", str(folder), *FAST]) == 0
