@@ -16,6 +16,7 @@ from ..geometry import write_tum
 from .frames import FrameChain
 from .messages import cache_info
 from .robot_frames import DEFAULT_CAMERA_FRAME
+from .session_snapshot import wait_done
 from .stream_scale import units_header
 
 
@@ -31,8 +32,9 @@ class Services:
                                 callback_group=group),
             node.create_service(SetBool, "~/pause", self._pause, callback_group=group),
             node.create_service(SaveMap, "~/save_map", self._save_map, callback_group=group),
+            # its own group: a save being written (awaited) holds up no other service
             node.create_service(SaveSession, "~/save_session", self._save_session,
-                                callback_group=group),
+                                callback_group=MutuallyExclusiveCallbackGroup()),
             node.create_service(LoadSession, "~/load_session", self._load_session,
                                 callback_group=group)]
 
@@ -128,14 +130,17 @@ class Services:
         return response
 
 
-    def _save_session(self, request, response):
+    async def _save_session(self, request, response):
         """~/save_session: the stream's snapshot (a directory), path rules as for
-        ~/save_trajectory; the answer comes once it is on disk."""
+        ~/save_trajectory; the answer comes once it is on disk. A coroutine: the executor
+        runs images, timers and the other services while the files are written
+        (session_snapshot.wait_done); a second save waits for the first (its own group)."""
         node = self._node
         path = _target(node.session, "no stream", request.path, response)
         if path is None:
             return response
-        ok, message, nbytes, frames = node.save_session(path)
+        job = node.save_session(path)
+        ok, message, nbytes, frames = await wait_done(job, node.executor)
         response.success, response.message = ok, message
         response.bytes, response.frames = int(nbytes), int(frames)
         if ok:  # one severity per call site (rclpy refuses a change between calls)
