@@ -7,9 +7,11 @@ published first, then the stream's state is copied to the host (``snapshot_state
 time the worker is held); the files are written by a background thread (``SnapshotJob``),
 and the service answers once they are on disk. The service callback is a coroutine that
 awaits the job (``wait_done``): the node's one executor thread takes images, ticks
-/diagnostics and answers other services while the files are written. The node's own state (the voxel map of
-~/map_points, the ~/path history) and the stream's scale estimate (``StreamScale.state_dict``,
-key ``scale``) go into the same directory (``front_end_state``).
+/diagnostics and answers other services while the files are written.
+
+The node's own state (the voxel map of ~/map_points, the ~/path history) and the stream's
+scale estimate (``StreamScale.state_dict``, key ``scale``) go into the same directory
+(``front_end_state``).
 
 On restore the scale estimate continues (LOCKED stays LOCKED at the same metres per unit):
 ``check_scale`` refuses a snapshot whose estimate was made under another ``scale.source``
@@ -32,8 +34,8 @@ import numpy as np
 
 from ..session import SnapshotError, read_manifest, write_snapshot
 
-__all__ = ["SnapshotJob", "wait_done", "start_save", "node_state", "load_node_state", "SnapshotError",
-           "scale_state", "check_scale", "restore_scale", "NodeSnapshots"]
+__all__ = ["SnapshotJob", "wait_done", "start_save", "node_state", "load_node_state",
+           "SnapshotError", "scale_state", "check_scale", "restore_scale", "NodeSnapshots"]
 
 SCALE_KEY = "scale"  # front_end_state[SCALE_KEY]: StreamScale.state_dict()
 

@@ -9,8 +9,8 @@ run ends, and every ``--snapshot-every N`` input frames with it (the same direct
 atomically). ``--resume DIR`` restores one before the first frame: the input frames it had
 read are skipped (read, not processed; the digests of the first of them -- pixels and stamps,
 ``session/fingerprint.py`` -- must be the snapshot's fingerprint of its input, and the last
-one's stamp the snapshot's, else the run stops: another recording), so the trajectory continues bit-identically (on the CPU) and
-``trajectory.tum`` equals that of one uninterrupted run. The run's own accumulators are in
+one's stamp the snapshot's, else the run stops: another recording), so the trajectory
+continues bit-identically (on the CPU) and ``trajectory.tum`` equals that of one uninterrupted run. The run's own accumulators are in
 the snapshot too (``front_end_state``): ``--scale``'s estimate (``OfflineScale.state_dict``)
 and, with ``--ply``, the point map (``VoxelMap.state_dict``), so ``points.ply`` and the scale
 (and every file it converts) equal those of one run as well. ``--resume`` refuses a snapshot
