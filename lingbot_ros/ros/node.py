@@ -367,8 +367,8 @@ class LingbotNode(LifecycleNode):
         self.camera_info = msg
 
     # -- snapshots (ros/session_snapshot.py) -----------------------------------------------
-    def save_session(self, path) -> tuple[bool, str, int, int]:
-        """~/save_session: (success, message, bytes, frames)."""
+    def save_session(self, path):
+        """~/save_session: the ``SnapshotJob`` writing it (ros/session_snapshot.py)."""
         return self.snapshots.save(path)
 
     def load_session(self, path) -> tuple[bool, str, int]:

@@ -17,6 +17,7 @@ from .frames import FrameChain
 from .messages import cache_info
 from .node_files import write_target
 from .robot_frames import DEFAULT_CAMERA_FRAME
+from .session_snapshot import wait_done
 from .stream_scale import units_header
 
 
@@ -30,15 +31,17 @@ class Services:
         group = MutuallyExclusiveCallbackGroup()  # never blocked by the image intake
         self._services = [
             node.create_service(srv_type, name, self._answered(name, handler),
-                                callback_group=group)
-            for srv_type, name, handler in (
-                (Trigger, "~/reset", self._reset),
-                (GetCacheInfo, "~/get_cache_info", self._cache_info),
-                (SaveTrajectory, "~/save_trajectory", self._save),
-                (SetBool, "~/pause", self._pause),
-                (SaveMap, "~/save_map", self._save_map),
-                (SaveSession, "~/save_session", self._save_session),
-                (LoadSession, "~/load_session", self._load_session))]
+                                callback_group=own_group or group)
+            for srv_type, name, handler, own_group in (
+                (Trigger, "~/reset", self._reset, None),
+                (GetCacheInfo, "~/get_cache_info", self._cache_info, None),
+                (SaveTrajectory, "~/save_trajectory", self._save, None),
+                (SetBool, "~/pause", self._pause, None),
+                (SaveMap, "~/save_map", self._save_map, None),
+                # its own group: a save being written (awaited) holds up no other service
+                (SaveSession, "~/save_session", self._save_session,
+                 MutuallyExclusiveCallbackGroup()),
+                (LoadSession, "~/load_session", self._load_session, None))]
 
     def _answered(self, name: str, handler):
         """``handler`` that answers ``success: false`` with the reason for any exception (a
@@ -160,14 +163,17 @@ class Services:
         return response
 
 
-    def _save_session(self, request, response):
+    async def _save_session(self, request, response):
         """~/save_session: the stream's snapshot (a directory), path rules as for
-        ~/save_trajectory; the answer comes once it is on disk."""
+        ~/save_trajectory; the answer comes once it is on disk. A coroutine: the executor
+        runs images, timers and the other services while the files are written
+        (session_snapshot.wait_done); a second save waits for the first (its own group)."""
         node = self._node
         path = _target(node, node.session, "no stream", request.path, response)
         if path is None:
             return response
-        ok, message, nbytes, frames = node.save_session(path)
+        job = node.save_session(path)
+        ok, message, nbytes, frames = await wait_done(job, node.executor)
         response.success, response.message = ok, message
         response.bytes, response.frames = int(nbytes), int(frames)
         if ok:  # one severity per call site (rclpy refuses a change between calls)

@@ -5,9 +5,13 @@ restart).
 A save is taken by the worker between two frames, like a reset: the frame in flight is
 published first, then the stream's state is copied to the host (``snapshot_state``: the only
 time the worker is held); the files are written by a background thread (``SnapshotJob``),
-and the service answers once they are on disk. The node's own state (the voxel map of
-~/map_points, the ~/path history) and the stream's scale estimate (``StreamScale.state_dict``,
-key ``scale``) go into the same directory (``front_end_state``).
+and the service answers once they are on disk. The service callback is a coroutine that
+awaits the job (``wait_done``): the node's one executor thread takes images, ticks
+/diagnostics and answers other services while the files are written.
+
+The node's own state (the voxel map of ~/map_points, the ~/path history) and the stream's
+scale estimate (``StreamScale.state_dict``, key ``scale``) go into the same directory
+(``front_end_state``).
 
 On restore the scale estimate continues (LOCKED stays LOCKED at the same metres per unit):
 ``check_scale`` refuses a snapshot whose estimate was made under another ``scale.source``
@@ -30,24 +34,37 @@ import numpy as np
 
 from ..session import SnapshotError, read_manifest, write_snapshot
 
-__all__ = ["SnapshotJob", "start_save", "node_state", "load_node_state", "SnapshotError",
-           "scale_state", "check_scale", "restore_scale", "NodeSnapshots"]
+__all__ = ["SnapshotJob", "wait_done", "start_save", "node_state", "load_node_state",
+           "SnapshotError", "scale_state", "check_scale", "restore_scale", "NodeSnapshots"]
 
 SCALE_KEY = "scale"  # front_end_state[SCALE_KEY]: StreamScale.state_dict()
 
 
 class SnapshotJob:
     """A snapshot being written in the background; ``wait`` gives (success, message, bytes,
-    frames)."""
+    frames). ``add_done_callback`` runs a function once it is written (in the writing
+    thread, or at once if it is done): the service awaits that, never blocking the executor
+    (``wait_done``). ``SnapshotJob.refused(message)``: one that failed before it began."""
 
     def __init__(self, data, path: Path, frames: int, blocked_ms: float) -> None:
         self.path, self.frames, self.blocked_ms = Path(path), frames, blocked_ms
         self.nbytes = 0
         self.error: Optional[str] = None
         self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: list = []
+        if data is None:  # refused
+            return
         self._thread = threading.Thread(target=self._write, args=(data,),
                                         name="lingbot_snapshot", daemon=True)
         self._thread.start()
+
+    @classmethod
+    def refused(cls, path, message: str) -> "SnapshotJob":
+        job = cls(None, path, 0, 0.0)
+        job.error = message
+        job._finish()
+        return job
 
     def _write(self, data) -> None:
         try:
@@ -58,7 +75,25 @@ class SnapshotJob:
         except Exception as exc:  # noqa: BLE001 -- answered, never a dead thread
             self.error = f"cannot write {self.path}: {type(exc).__name__}: {exc}"
         finally:
+            self._finish()
+
+    def _finish(self) -> None:
+        with self._lock:
             self._done.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def add_done_callback(self, callback) -> None:
+        """``callback()`` once the files are on disk (or the write failed)."""
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
+
+    def done(self) -> bool:
+        return self._done.is_set()
 
     def wait(self, timeout: Optional[float] = None) -> tuple[bool, str, int, int]:
         if not self._done.wait(timeout):
@@ -68,6 +103,24 @@ class SnapshotJob:
         return (True, f"wrote the stream ({self.frames} frames, {self.nbytes / 2**20:.1f} MiB;"
                 f" the worker waited {self.blocked_ms:.1f} ms) to {self.path}",
                 self.nbytes, self.frames)
+
+
+async def wait_done(job: SnapshotJob, executor) -> tuple[bool, str, int, int]:
+    """``job.wait()`` for an ``async`` service callback: the coroutine yields to the executor
+    until the writing thread is done, so images, timers and other services go on meanwhile.
+
+    rclpy (9.x) resumes a task awaiting a ``Future`` only when the executor wakes; the writing
+    thread completes an ``rclpy.task.Future`` bound to the executor, and its done callback
+    makes the executor schedule a task (``Executor.create_task`` triggers its guard
+    condition), which wakes it. Without an executor (a test calling the handler) it blocks."""
+    if executor is None:
+        return job.wait()
+    from rclpy.task import Future
+    future = Future(executor=executor)
+    future.add_done_callback(lambda _future: None)  # scheduled on completion: a wake-up
+    job.add_done_callback(lambda: future.set_result(None))
+    await future
+    return job.wait(0)
 
 
 def start_save(session, path, front_end_state: Optional[dict] = None,
@@ -203,18 +256,19 @@ class NodeSnapshots:
             log.error(f"session.save_on_shutdown: {message}")
 
     # -- services -----------------------------------------------------------------------------
-    def save(self, path) -> tuple[bool, str, int, int]:
-        """~/save_session: (success, message, bytes, frames)."""
+    def save(self, path) -> SnapshotJob:
+        """~/save_session: the stream is copied to the host now (between frames), the files
+        are written by the returned job's thread (``wait_done`` awaits it without blocking
+        the executor); a refusal is a job already failed."""
         node = self._node
         session, worker, outputs = node.session, node.worker, node.outputs
         try:
             if worker is not None:
-                job = worker.save_session(path, outputs.node_state if outputs else None)
-            else:  # inactive: nothing in flight (published on stopping)
-                job = start_save(session, path, scale=node.scale)
+                return worker.save_session(path, outputs.node_state if outputs else None)
+            # inactive: nothing in flight (published on stopping)
+            return start_save(session, path, scale=node.scale)
         except SnapshotError as exc:
-            return False, str(exc), 0, 0
-        return job.wait()
+            return SnapshotJob.refused(path, str(exc))
 
     def load(self, path) -> tuple[bool, str, int]:
         """~/load_session: (success, message, frames)."""

@@ -52,6 +52,7 @@ from ..cache import StepKind
 from ..config import ROLLOVER_SLACK_KEYFRAMES, SessionConfig
 from ..geometry import Trajectory
 from ..model import StepOutputs
+from .fingerprint import InputFingerprint, check_digests
 from .frame_upload import FrameUpload
 from .input_policy import InputPolicy, SessionEvent
 from .keyframes import make_policy
@@ -125,6 +126,7 @@ class StreamingSession:
         self._events: deque[SessionEvent] = deque(maxlen=100)
         self._restarts: Counter = Counter()  # by kind; survives restarts, cleared by reset()
         self._counts: Counter = Counter()
+        self._fingerprint = InputFingerprint()  # the input's first frames, for snapshots
         # Uploads and preprocessing of the next frame run beside the current step's replay.
         self._upload = FrameUpload(config)
         self.reset()
@@ -170,6 +172,7 @@ class StreamingSession:
         ``FrameFailed.tickets``). A rejected frame gets none: nothing is kept for it.
         """
         self._counts["frames_in"] += 1
+        self._fingerprint.update(image, stamp_ns, encoding)  # the first few frames only
         t0 = time.perf_counter()
         self._laps.mark()
         try:
@@ -234,6 +237,7 @@ class StreamingSession:
         self._clear_stream()
         self._ready = []
         self._counts.clear()
+        self._fingerprint.clear()
         self._restarts.clear()
         self._events.clear()
 
@@ -326,12 +330,13 @@ class StreamingSession:
         if self._ready:
             raise SnapshotError(f"{len(self._ready)} outcome(s) not yet collected: collect() "
                                 "them first (a snapshot is taken between frames)")
-        return session_state(
+        return dict(session_state(
             model_hw=self._model_hw, next_index=self._next_index, next_ticket=self._next_ticket,
             counts=self._counts, restarts=self._restarts, events=self._events,
             latency=self._latency, inputs=self._input, policy=self._policy,
             segments=self._segments, trajectory=self.trajectory, anchors=self._anchors,
-            runner=self._runner, next_segment=self._next)
+            runner=self._runner, next_segment=self._next),
+            input_fingerprint=self._fingerprint.state_dict())
 
     def load_state_dict(self, state: dict) -> None:
         """Continue the stream of ``state_dict``'s output (of a session of the same model and
@@ -339,6 +344,10 @@ class StreamingSession:
         only then is the current stream replaced (on any error it is untouched). A frame in
         flight and outcomes not collected are dropped."""
         loaded = load_session_state(state, self.model, self.config, self._laps)
+        try:
+            fingerprint = check_digests(state.get("input_fingerprint", []))
+        except ValueError as exc:
+            raise SnapshotError(str(exc)) from None
         # -- swap (nothing below can fail) --
         if self._take_flight() is not None:
             self._readback.discard()
@@ -357,6 +366,7 @@ class StreamingSession:
         self._counts, self._restarts = loaded.counts, loaded.restarts
         self._events.clear()
         self._events.extend(loaded.events)
+        self._fingerprint = InputFingerprint(fingerprint)
 
     def snapshot_state(self, extra: Optional[dict] = None,
                        front_end_state: Optional[dict] = None) -> SnapshotData:

@@ -1,8 +1,9 @@
-"""Stream snapshots on disk: a directory of ``manifest.json`` + safetensors files, no pickle.
+"""Stream snapshots on disk: a directory of ``manifest.json`` + safetensors files and our
+marker (``lingbot_ros_snapshot``: the format and the manifest's SHA-256), no pickle.
 
     data = snapshot_data(model, config, state)   # state: StreamingSession.state_dict()
-    path, nbytes = write_snapshot(data, "run1.snap")  # temp dir, fsync, rename
-    manifest, state = read_snapshot("run1.snap")       # every digest checked
+    path, nbytes = write_snapshot(data, "run1.snap")  # temp dir, fsync, one rename/exchange
+    manifest, state = read_snapshot("run1.snap")       # every digest checked, the manifest's too
     check_compatible(manifest, model, config)          # SnapshotError naming the mismatch
 
 The state is a tree of dicts and lists whose leaves are JSON values, numpy arrays or (host)
@@ -11,8 +12,10 @@ files (the runner's caches to ``kv_cache.safetensors``, the rest to ``stream.saf
 and are replaced in the manifest's ``state`` by a reference; their dtype is kept exactly
 (bfloat16 included). The manifest records the format version, the model's origin (the
 checkpoint's SHA-256, or its random-weight preset and seed, or a digest of its weights), the
-model, cache and stream configuration, the input size, the dtypes, the page counts and the
-size and SHA-256 of each tensor file.
+model, cache and stream configuration, the input size and the fingerprint of the input's
+first frames (``input.fingerprint``: ``session/fingerprint.py``), the dtypes, the page counts
+and the size and SHA-256 of each tensor file. The folder on disk -- what a save may replace,
+the atomic replace, safe reading -- is ``snapshot_files.py``.
 """
 from __future__ import annotations
 
@@ -20,7 +23,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import secrets
 import shutil
 import time
 from dataclasses import dataclass
@@ -32,16 +34,14 @@ import torch
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
-from ..geometry.file_rules import FileRefused, read_regular
+from .snapshot_files import (FORMAT, FORMAT_VERSION, MANIFEST, NotReplaced, SnapshotError,
+                             TempFolder, check_replaceable, read_marked_manifest,
+                             read_snapshot_file, sweep_stale, write_new_file)
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "SnapshotError", "SnapshotData", "snapshot_data",
-           "write_snapshot", "read_snapshot", "read_manifest", "check_compatible",
-           "model_origin", "stream_config"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "SnapshotError", "NotReplaced", "SnapshotData",
+           "snapshot_data", "write_snapshot", "read_snapshot", "read_manifest",
+           "check_compatible", "model_origin", "stream_config"]
 
-FORMAT = "lingbot_ros.stream_snapshot"
-FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
-MAX_MANIFEST_BYTES = 64 << 20  # a manifest is kB; larger is not one of ours
 _RUNNER_FILE = "kv_cache.safetensors"
 _STREAM_FILE = "stream.safetensors"
 _FRONT_END_FILE = "front_end.safetensors"
@@ -52,10 +52,6 @@ _TENSOR = "__tensor__"  # a reference to a tensor file's entry, in the manifest'
 _RUN_ONLY = ("device", "attention_backend", "flashinfer_variant", "cuda_graphs", "kv_splits",
              "fused_kernels", "fused_kernels_off", "max_cache_bytes", "with_depth",
              "return_depth", "preprocess")
-
-
-class SnapshotError(ValueError):
-    """A snapshot that cannot be written or restored; the message says why."""
 
 
 @dataclass
@@ -163,7 +159,9 @@ def snapshot_data(model, config, state: dict, extra: Optional[dict] = None,
         "model": _model_description(model, config),
         "stream_config": stream_config(config),
         "input": {"preprocess": _jsonable(dataclasses.asdict(config.preprocess)),
-                  "model_hw": state.get("model_hw")},
+                  "model_hw": state.get("model_hw"),
+                  # the digests of the input's first frames (session/fingerprint.py)
+                  "fingerprint": list(state.get("input_fingerprint") or [])},
         "saved_on": str(config.device),
         "cache": None if kv is None else {
             "page_size": runner["tensors"]["kv_patch"].shape[3],
@@ -187,15 +185,41 @@ def snapshot_data(model, config, state: dict, extra: Optional[dict] = None,
     return SnapshotData(manifest, {k: v for k, v in files.items() if v})
 
 
-def _write_file(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
+def write_snapshot(data: SnapshotData, path) -> tuple[Path, int]:
+    """Write ``data`` as the snapshot folder ``path``: into a new temporary folder beside it
+    (our marker written first), every file fsynced, the marker sealed with the manifest's
+    SHA-256, then put at ``path`` in one step (a rename, or an exchange with the snapshot
+    there, which is then removed). Only nothing, an empty folder or a complete snapshot of
+    ours (marker and digest checked, no other file in it) is replaced; anything else is
+    refused (``NotReplaced``, a ``FileExistsError``, with the reason). Temporary folders a
+    killed save left beside ``path`` are removed first (snapshot_files.py). Returns (path,
+    bytes written)."""
+    path = Path(path)
+    parent = path.parent
+    if not parent.is_dir():
+        raise FileNotFoundError(f"folder {parent} does not exist")
+    sweep_stale(path)
+    kind = check_replaceable(path)
+    total = 0
+    with TempFolder(path) as tmp:
+        manifest = dict(data.manifest, files={})
+        for name, tensors in data.files.items():
+            blob = save_tensors(tensors)
+            write_new_file(tmp.path / name, blob)
+            manifest["files"][name] = {"bytes": len(blob),
+                                       "sha256": hashlib.sha256(blob).hexdigest()}
+            total += len(blob)
+        blob = json.dumps(manifest, indent=1).encode()
+        write_new_file(tmp.path / MANIFEST, blob)
+        total += len(blob)
+        total += tmp.seal(hashlib.sha256(blob).hexdigest())
+        old = tmp.install(kind)
     try:
-        view = memoryview(data).cast("B")
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
+        _fsync_dir(parent)
     finally:
-        os.close(fd)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    return path, total
 
 
 def _fsync_dir(path: Path) -> None:
@@ -206,60 +230,13 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_snapshot(data: SnapshotData, path) -> tuple[Path, int]:
-    """Write ``data`` as the directory ``path``: into a new temporary directory beside it,
-    every file fsynced, then renamed to ``path``. An existing snapshot at ``path`` is
-    replaced (it is renamed aside first and removed after); anything else there is refused
-    (``FileExistsError``). Returns (path, bytes written)."""
-    path = Path(path)
-    if path.is_symlink() or (path.exists() and not (path.is_dir() and (
-            (path / MANIFEST).is_file() or not any(path.iterdir())))):
-        raise FileExistsError(f"{path} exists and is not a snapshot directory: not replaced")
-    parent = path.parent
-    if not parent.is_dir():
-        raise FileNotFoundError(f"folder {parent} does not exist")
-    token = secrets.token_hex(6)
-    tmp = parent / f".{path.name}.{token}.tmp"
-    tmp.mkdir()
-    total = 0
-    try:
-        manifest = dict(data.manifest, files={})
-        for name, tensors in data.files.items():
-            blob = save_tensors(tensors)
-            _write_file(tmp / name, blob)
-            manifest["files"][name] = {"bytes": len(blob),
-                                       "sha256": hashlib.sha256(blob).hexdigest()}
-            total += len(blob)
-        blob = json.dumps(manifest, indent=1).encode()
-        _write_file(tmp / MANIFEST, blob)
-        total += len(blob)
-        _fsync_dir(tmp)
-        old = None
-        if path.exists():
-            old = parent / f".{path.name}.{token}.old"
-            os.rename(path, old)
-        os.rename(tmp, path)
-        _fsync_dir(parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return path, total
-
-
 def read_manifest(path) -> dict:
-    """The manifest of the snapshot at ``path``, its format and version checked."""
+    """The manifest of the snapshot at ``path``: its marker, checksum, format and version
+    checked; every file opened without following a link or blocking (snapshot_files.py)."""
     path = Path(path)
-    if not path.is_dir():
-        raise SnapshotError(f"{path}: no snapshot there (not a directory)")
-    try:  # a regular file, its size checked first: a FIFO or a link to a huge file is refused
-        manifest = json.loads(read_regular(path / MANIFEST, max_bytes=MAX_MANIFEST_BYTES))
-    except FileNotFoundError:
-        raise SnapshotError(f"{path}: {MANIFEST} is missing") from None
-    except OSError as exc:  # FileRefused (a folder, FIFO, symlink, too large), EACCES...
-        reason = exc if isinstance(exc, FileRefused) else exc.strerror or exc
-        raise SnapshotError(f"{path}/{MANIFEST}: {reason}") from None
+    blob = read_marked_manifest(path)
+    try:
+        manifest = json.loads(blob)
     except (ValueError, UnicodeDecodeError) as exc:
         raise SnapshotError(f"{path}/{MANIFEST} is not valid JSON ({exc}): truncated or "
                             "corrupted") from None
@@ -282,15 +259,12 @@ def read_snapshot(path) -> tuple[dict, dict]:
         raise SnapshotError(f"{path}: the manifest lists no files")
     loaded: dict[str, dict[str, torch.Tensor]] = {}
     for name, meta in files.items():
-        if "/" in name or name.startswith("."):
+        if not isinstance(name, str) or "/" in name or "\x00" in name or name.startswith("."):
             raise SnapshotError(f"{path}: bad file name {name!r} in the manifest")
-        try:
-            blob = (path / name).read_bytes()
-        except FileNotFoundError:
-            raise SnapshotError(f"{path}: tensor file {name} is missing") from None
-        if len(blob) != meta["bytes"]:
-            raise SnapshotError(f"{path}/{name} has {len(blob)} bytes, the manifest says "
-                                f"{meta['bytes']}: truncated or replaced")
+        if not isinstance(meta, dict) or type(meta.get("bytes")) is not int \
+                or meta["bytes"] < 0 or not isinstance(meta.get("sha256"), str):
+            raise SnapshotError(f"{path}: the manifest's entry of {name} is malformed")
+        blob = read_snapshot_file(path, name, meta["bytes"])  # size checked before reading
         if hashlib.sha256(blob).hexdigest() != meta["sha256"]:
             raise SnapshotError(f"{path}/{name}: SHA-256 digest mismatch (the file is "
                                 "corrupted)")

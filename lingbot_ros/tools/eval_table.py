@@ -17,8 +17,11 @@ row with its error; the others go on (exit status 1 then).
 Locally the model is loaded once. With ``--ray`` the units run on a Ray cluster: one worker
 (actor) per GPU loads the model once; a unit whose worker dies is rerun on another (or the
 restarted) worker, a failing unit is retried ``--retries`` times. ``--resume`` skips units
-that the manifest lists as finished with the same settings and whose files still match
-their digests. The numbers are the same either way.
+that the manifest lists as finished with the same settings, the same sequence (an absolute
+path) whose first frames have the same fingerprint (pixels and stamps), and whose files
+still match their digests. The numbers are the same either way. Unit snapshots
+(``--snapshot-every``) are keyed by that fingerprint; a run without ``--resume`` removes
+the ones an earlier run left.
 """
 from __future__ import annotations
 
@@ -27,12 +30,13 @@ import csv
 import io
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
 from ..config import KEYFRAME_POLICIES
 from ..geometry import write_atomic
-from .fleet import (Manifest, OutputTree, UnitProgress, execute_unit,
+from .fleet import (Manifest, OutputTree, UnitProgress, execute_unit, input_fingerprint,
                     plan_units, run_settings, settings_digest, worker_table)
 from .offline import (RANDOM_WEIGHTS_NOTICE, add_input_args, add_model_args,
                       check_before_run, load_model)
@@ -179,10 +183,14 @@ def csv_table(rows: list[dict]) -> str:
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
-    out = Path(args.out)
-    units = plan_units(args.sequences, sequence_names(args.sequences), args.policies,
-                       args.snapshot_every)
+    # Absolute paths: a unit names its sequence for good (--resume from another directory
+    # must not take another recording of the same relative name for it).
+    args.sequences = [os.path.abspath(s) for s in args.sequences]
+    out = Path(os.path.abspath(args.out))
     settings = run_settings(args)
+    fingerprints = {s: input_fingerprint(s, settings) for s in dict.fromkeys(args.sequences)}
+    units = plan_units(args.sequences, sequence_names(args.sequences), args.policies,
+                       args.snapshot_every, [fingerprints[s] for s in args.sequences])
     tree = OutputTree(out)
     try:
         check_before_run(args)
@@ -190,6 +198,8 @@ def main(argv=None) -> int:
     except (FileNotFoundError, ValueError, RuntimeError, OSError) as exc:
         log.error("%s", exc)
         return 2
+    if not args.resume:  # a stale unit snapshot is never continued by a fresh run
+        tree.drop_snapshots()
     try:
         return _run_all(args, units, settings, tree)
     finally:

@@ -7,15 +7,21 @@ resume a recording from a snapshot.
 ``--save-session DIR`` writes the session's snapshot (``StreamingSession.snapshot``) when the
 run ends, and every ``--snapshot-every N`` input frames with it (the same directory, replaced
 atomically). ``--resume DIR`` restores one before the first frame: the input frames it had
-read are skipped (read, not processed; the last one's stamp must be the snapshot's, else the
-run stops: another recording), so the trajectory continues bit-identically (on the CPU) and
-``trajectory.tum`` equals that of one uninterrupted run. The run's own accumulators are in
+read are skipped (read, not processed; the digests of the first of them -- pixels and stamps,
+``session/fingerprint.py`` -- must be the snapshot's fingerprint of its input, and the last
+one's stamp the snapshot's, else the run stops: another recording), so the trajectory
+continues bit-identically (on the CPU) and ``trajectory.tum`` equals that of one uninterrupted run. The run's own accumulators are in
 the snapshot too (``front_end_state``): ``--scale``'s estimate (``OfflineScale.state_dict``)
 and, with ``--ply``, the point map (``VoxelMap.state_dict``), so ``points.ply`` and the scale
 (and every file it converts) equal those of one run as well. ``--resume`` refuses a snapshot
 made under another ``--scale`` (or other ``--scale-param`` estimate settings), ``--ply``
 from a snapshot saved without it, and other ``--ply-voxel``, ``--ply-max-points``,
 ``--ply-stride`` or ``--min-conf`` values.
+
+Both are checked before the first frame (``check_snapshot_args``): ``--resume`` must name a
+readable snapshot (its marker, checksum and files: ``session/snapshot_files.py``), and
+``--save-session`` a target a save may replace (nothing, an empty folder or a snapshot of
+ours; never a folder we did not write) in an existing folder.
 """
 from __future__ import annotations
 
@@ -25,8 +31,11 @@ from pathlib import Path
 from typing import Optional
 
 from ..session import SnapshotError, StreamingSession, read_manifest
+from ..session.fingerprint import FRAMES, frame_digest
+from ..session.snapshot_files import check_replaceable
 
-__all__ = ["add_snapshot_args", "OfflineSnapshots", "snapshot_frames_read"]
+__all__ = ["add_snapshot_args", "OfflineSnapshots", "snapshot_frames_read",
+           "check_snapshot_args", "recording_fingerprint"]
 
 log = logging.getLogger("lingbot_ros.offline")
 
@@ -51,6 +60,37 @@ def snapshot_frames_read(path) -> int:
     return int(read_manifest(path).get("extra", {}).get("offline", {}).get("frames_read", 0))
 
 
+def check_snapshot_args(args) -> None:
+    """``--save-session`` and ``--resume`` checked before the run: ``ValueError`` (or
+    ``FileNotFoundError``) saying why the run would fail at its end (or its start)."""
+    save_to, resume = getattr(args, "save_session", None), getattr(args, "resume", None)
+    if save_to:
+        target = Path(save_to)
+        if not target.parent.is_dir():
+            raise FileNotFoundError(f"--save-session {save_to}: its folder {target.parent} "
+                                    "does not exist")
+        try:
+            check_replaceable(target)
+        except OSError as exc:  # NotReplaced: not ours, a symlink, a file
+            raise ValueError(f"--save-session {save_to}: {exc}") from None
+    if resume:
+        try:
+            read_manifest(resume)
+        except SnapshotError as exc:
+            raise ValueError(f"--resume {resume}: {exc}") from None
+
+
+def recording_fingerprint(source) -> list[str]:
+    """The fingerprint of a recording's first frames, as a session given them computes it
+    (``frame_digest`` of each of the first ``FRAMES`` frames ``source`` yields)."""
+    digests = []
+    for frame in source:
+        digests.append(frame_digest(frame.image, frame.stamp_ns, frame.encoding))
+        if len(digests) >= FRAMES:
+            break
+    return digests
+
+
 class OfflineSnapshots:
     """The snapshot side of one offline run: restore at the start, save as asked."""
 
@@ -69,6 +109,8 @@ class OfflineSnapshots:
         self.saves = 0
         self.resumed_from = None
         self.points, self.scale = points, scale
+        self.fingerprint: list[str] = []  # the resumed snapshot's input fingerprint
+        check_snapshot_args(args)
         self.ply = ({"stride": int(args.ply_stride), "min_conf": float(args.min_conf)}
                     if points is not None else None)
         if resume:
@@ -82,6 +124,11 @@ class OfflineSnapshots:
                                  "(it does not say which input frames it had read)")
             self._resume_front_end(resume, offline, manifest.get("front_end_state") or {})
             self.start = int(offline["frames_read"])
+            self.fingerprint = list((manifest.get("input") or {}).get("fingerprint") or [])
+            if len(self.fingerprint) < min(self.start, FRAMES):
+                raise ValueError(f"--resume {resume}: the snapshot records no fingerprint of "
+                                 "its input's first frames: it cannot be checked against "
+                                 "this recording")
             self.last_stamp = offline.get("last_stamp_ns")
             self.keyframe_flags = [bool(k) for k in offline.get("keyframe_flags", [])]
             self.resumed_from = str(resume)
@@ -131,6 +178,11 @@ class OfflineSnapshots:
         snapshot; checks the last of those against the snapshot's stamp."""
         if frames_read > self.start:
             return False
+        if frames_read <= len(self.fingerprint) and frame_digest(
+                frame.image, frame.stamp_ns, frame.encoding) != self.fingerprint[frames_read - 1]:
+            raise ValueError(f"--resume: input frame {frames_read} (stamp {frame.stamp_ns} ns) "
+                             "is not the snapshot's (its pixels or stamp differ): the snapshot "
+                             "was made from another recording")
         if frames_read == self.start and self.last_stamp is not None and (
                 int(frame.stamp_ns) != int(self.last_stamp)):
             raise ValueError(f"--resume: input frame {frames_read} has stamp "

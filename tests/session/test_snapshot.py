@@ -13,6 +13,7 @@ import pytest
 from lingbot_ros.config import KeyframeConfig, PreprocessConfig, SessionConfig
 from lingbot_ros.session import SnapshotError, StreamingSession, read_manifest
 from tests.session.micro_model import SIZE_42x56, micro_model
+from tests.session.snapshot_edits import reseal
 from tests.session.test_streaming_session import frames
 
 STAMP0, DT = 1_700_000_000_000_000_000, 33_333_333
@@ -126,9 +127,16 @@ np.savez({str(tmp_path / 'out.npz')!r}, c2w=np.stack([r.c2w for r in out]),
 
 
 def _edit_manifest(path, edit):
+    """Edit the manifest and reseal its marker (the checks after the checksum's)."""
     manifest = json.loads((path / "manifest.json").read_text())
     edit(manifest)
-    (path / "manifest.json").write_text(json.dumps(manifest))
+    reseal(path, json.dumps(manifest).encode())
+
+
+def _edit_digit(path):  # one digit edited, the marker left as it was: corrupted
+    text = (path / "manifest.json").read_text()
+    i = text.index('"frames_processed": ') + len('"frames_processed": ')
+    (path / "manifest.json").write_text(text[:i] + str((int(text[i]) + 1) % 10) + text[i + 1:])
 
 
 def _flip_byte(path):
@@ -166,8 +174,10 @@ REFUSALS = {  # name: (model seed, config changes, corruption of the snapshot, m
     "missing file": (0, {}, lambda p: (p / "kv_cache.safetensors").unlink(), "is missing"),
     "missing manifest": (0, {}, lambda p: (p / "manifest.json").unlink(),
                          "manifest.json is missing"),
-    "truncated manifest": (0, {}, lambda p: (p / "manifest.json").write_text('{"form'),
-                           "not valid JSON"),
+    "truncated manifest": (0, {}, lambda p: reseal(p, b'{"form'), "not valid JSON"),
+    "edited manifest": (0, {}, _edit_digit, "does not match the checksum .* corrupted"),
+    "no marker": (0, {}, lambda p: (p / "lingbot_ros_snapshot").unlink(),
+                  "no lingbot_ros_snapshot marker"),
     "dtype": (0, {}, lambda p: _edit_manifest(p, _other_dtype), "same precision"),
     "mlp precision": (0, {}, lambda p: _edit_manifest(p, _fp8_mlps),
                       "MLP precision is fp8 .* this model's is aggregator"),
@@ -225,14 +235,15 @@ def test_the_manifest_describes_the_snapshot_and_a_save_replaces_only_a_snapshot
     push_all(s, IMAGES[:6], 0)
     path, _ = s.snapshot(tmp_path / "snap", extra={"offline": {"next_frame": 6}})
     m = read_manifest(path)
-    assert m["version"] == 1 and m["model"]["origin"].startswith("weights sha256:")
+    assert m["version"] == 2 and m["model"]["origin"].startswith("weights sha256:")
     assert m["input"]["model_hw"] == [42, 56] and m["model"]["kv_dtype"] == "float32"
     assert m["cache"]["page_size"] > 0 and m["cache"]["frames_committed"] > 0
     assert m["extra"] == {"offline": {"next_frame": 6}}
     assert set(m["files"]) == {"kv_cache.safetensors", "stream.safetensors"}
     assert all(len(f["sha256"]) == 64 for f in m["files"].values())
     # nothing in the folder can be unpickled: JSON and safetensors only
-    assert sorted(p.name for p in path.iterdir()) == ["kv_cache.safetensors", "manifest.json",
+    assert sorted(p.name for p in path.iterdir()) == ["kv_cache.safetensors",
+                                                     "lingbot_ros_snapshot", "manifest.json",
                                                      "stream.safetensors"]
     push_all(s, IMAGES[6:8], 6)
     s.snapshot(path)  # replaces the older snapshot

@@ -480,7 +480,8 @@ def test_a_rerun_unit_with_scale_and_ply_resumes_from_its_snapshot(sequences, tm
     attempt saved the unit's stream after 9 frames; the rerun continues from there and
     writes the trajectory (in metres) and the points of one uninterrupted run."""
     from lingbot_ros.tools.eval_table import parse_args as eval_args
-    from lingbot_ros.tools.fleet import OutputTree, execute_unit, plan_units, run_settings
+    from lingbot_ros.tools.fleet import (OutputTree, execute_unit, plan_units, run_settings,
+                                         unit_snapshot_folder)
     from lingbot_ros.tools.offline import load_model
     from lingbot_ros.tools.offline import main as offline_main
 
@@ -499,7 +500,7 @@ def test_a_rerun_unit_with_scale_and_ply_resumes_from_its_snapshot(sequences, tm
             for name in ("trajectory.tum", "points.ply")}
     assert b"units: m" in want["trajectory.tum"]
     unit, settings, tree, model = unit_run(tmp_path / "snap", 3)
-    folder = tree.state / "snapshots" / "room0__every_n"
+    folder = unit_snapshot_folder(unit, tree, settings)
     folder.parent.mkdir(parents=True)
     assert offline_main([str(sequences[0]), "--out", str(tmp_path / "half"), "--max-frames",
                          "9", "--save-session", str(folder), "--keyframes", "every_n", *FAST,

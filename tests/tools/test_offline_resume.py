@@ -53,7 +53,8 @@ def test_resume_refuses_another_setting_or_recording(tmp_path, bag, caplog):
 
 def test_a_rerun_fleet_unit_resumes_from_its_last_snapshot(tmp_path, bag):
     from lingbot_ros.tools.eval_table import parse_args as eval_args
-    from lingbot_ros.tools.fleet import OutputTree, execute_unit, plan_units, run_settings
+    from lingbot_ros.tools.fleet import (OutputTree, execute_unit, plan_units, run_settings,
+                                         unit_snapshot_folder)
     from lingbot_ros.tools.offline import load_model
 
     def unit_run(out, snapshot_every):
@@ -68,7 +69,7 @@ def test_a_rerun_fleet_unit_resumes_from_its_last_snapshot(tmp_path, bag):
     want = (tree.unit_dir(unit.key) / "trajectory.tum").read_bytes()
     # An earlier attempt of the unit got 9 frames in and saved there (the unit's folder).
     unit, settings, tree, model = unit_run(tmp_path / "snap", 3)
-    folder = tree.state / "snapshots" / "bag__every_n"
+    folder = unit_snapshot_folder(unit, tree, settings)
     folder.parent.mkdir(parents=True)
     assert main([str(bag), "--out", str(tmp_path / "half"), "--max-frames", "9",
                  "--save-session", str(folder), *FAST]) == 0
@@ -132,3 +133,42 @@ def test_resume_refuses_another_scale_or_ply_setting(tmp_path, bag, caplog):
     # without --ply the snapshot's point map is not needed: the rest resumes
     assert main([str(bag), "--out", str(tmp_path / "ok"), "--resume", str(snap), *FAST,
                  *DEPTH]) == 0
+
+
+def test_resume_refuses_another_recording_of_the_same_length_and_rate(tmp_path, caplog):
+    """Image folders take their stamps from --fps: two recordings of one length and rate
+    have the same stamps. The snapshot of s1 resumed on s4 was accepted and the outputs
+    mixed both; the fingerprint of the input's first frames refuses it (s1 itself resumes)."""
+    from lingbot_ros.tools.synthetic_writers import write_image_folder
+    s1, s4 = (write_image_folder(render_sequence(12, 80, 60, seed=seed), tmp_path / name).path
+              for seed, name in ((0, "s1"), (3, "s4")))
+    snap = tmp_path / "snap"
+    assert main([str(s1), "--out", str(tmp_path / "a"), "--max-frames", "6", "--fps", "30",
+                 "--save-session", str(snap), *FAST]) == 0
+    caplog.clear()
+    assert main([str(s4), "--out", str(tmp_path / "b"), "--resume", str(snap), "--fps", "30",
+                 *FAST]) == 2
+    assert "input frame 1 (stamp 0 ns) is not the snapshot's" in caplog.text, caplog.text
+    assert "another recording" in caplog.text
+    assert not (tmp_path / "b" / "trajectory.tum").exists()
+    assert main([str(s1), "--out", str(tmp_path / "c"), "--resume", str(snap), "--fps", "30",
+                 *FAST]) == 0
+    assert summary(tmp_path / "c")["frames_processed"] == 12
+
+
+def test_a_bad_save_or_resume_target_fails_before_the_first_frame(tmp_path, bag, caplog):
+    """--save-session onto a folder we did not write (a manifest.json in it) and --resume of
+    something that is not a snapshot fail at once, with the reason; nothing is deleted."""
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "manifest.json").write_text("{}")
+    for flag, target, reason in (("--save-session", foreign, "no lingbot_ros_snapshot marker"),
+                                 ("--resume", foreign, "no lingbot_ros_snapshot marker"),
+                                 ("--save-session", tmp_path / "no" / "snap",
+                                  "does not exist")):
+        caplog.clear()
+        out = tmp_path / f"out{flag}{target.name}"
+        assert main([str(bag), "--out", str(out), flag, str(target), *FAST]) == 2
+        assert reason in caplog.text, caplog.text
+        assert "summary.json" not in {p.name for p in out.glob("*")}
+    assert (foreign / "manifest.json").read_text() == "{}"

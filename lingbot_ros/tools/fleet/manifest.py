@@ -16,8 +16,9 @@ FORMAT = "lingbot_ros.fleet.manifest/1"
 
 
 class Manifest:
-    """``OUT/manifest.json``: per unit key, its sequence, settings digest, worker, attempts
-    and the SHA-256 of every file it wrote."""
+    """``OUT/manifest.json``: per unit key, its sequence (an absolute path), the fingerprint
+    of its input's first frames, settings digest, worker, attempts and the SHA-256 of every
+    file it wrote."""
 
     def __init__(self, root, settings_sha256: str, units: Optional[dict] = None):
         self.path = Path(root) / MANIFEST
@@ -51,6 +52,11 @@ class Manifest:
             log.info("%s: was %s, now %s: redone", unit.key, entry.get("sequence"),
                      unit.sequence)
             return None
+        if entry.get("input_fingerprint") != unit.fingerprint or not unit.fingerprint:
+            log.info("%s: its input's first frames are not those it ran on (fingerprint %s, "
+                     "now %s): redone", unit.key, entry.get("input_fingerprint"),
+                     unit.fingerprint or "unreadable")
+            return None
         if entry.get("settings_sha256") != self.settings_sha256:
             log.info("%s: settings changed: redone", unit.key)
             return None
@@ -66,6 +72,7 @@ class Manifest:
     def record(self, unit: WorkUnit, result: UnitResult) -> None:
         self.units[unit.key] = {
             "sequence": unit.sequence, "policy": unit.policy, "status": result.status,
+            "input_fingerprint": unit.fingerprint,
             "settings_sha256": self.settings_sha256, "worker": result.worker,
             "attempts": result.attempts, "error": result.error, "files": result.files}
         self.save()

@@ -71,6 +71,11 @@ class OutputTree:
         for leftover in ("staging", "trash"):
             shutil.rmtree(self.state / leftover, ignore_errors=True)
 
+    def drop_snapshots(self) -> None:
+        """A fresh run (no --resume): the unit snapshots an earlier run left are never
+        continued; they go."""
+        shutil.rmtree(self.state / "snapshots", ignore_errors=True)
+
     def release(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)

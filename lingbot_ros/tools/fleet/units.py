@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import Optional
 
 from ...geometry import write_atomic
+from ...session.fingerprint import fingerprint_key
+from ..datasets import open_dataset
 from ..offline import run
+from ..offline_snapshot import recording_fingerprint
 from .tree import OutputTree
 
 log = logging.getLogger("lingbot_ros.eval")
@@ -41,6 +44,9 @@ class WorkUnit:
     # ``OUT/.fleet/snapshots/``; a rerun of the unit (a retry, another worker, a resumed
     # driver) continues from the last one instead of frame 0. 0: no snapshots.
     snapshot_every: int = 0
+    # The fingerprint of the sequence's first frames (``input_fingerprint``): the key of the
+    # unit's snapshot and of its manifest entry ("" until known: the worker computes it).
+    fingerprint: str = ""
 
     @property
     def key(self) -> str:
@@ -64,13 +70,34 @@ class UnitResult:
         return int(self.summary.get("frames_processed") or 0)
 
 
-def plan_units(sequences, names, policies, snapshot_every: int = 0) -> list[WorkUnit]:
-    """Sequences x policies in table order."""
+def plan_units(sequences, names, policies, snapshot_every: int = 0,
+               fingerprints=None) -> list[WorkUnit]:
+    """Sequences x policies in table order; ``fingerprints``: one per sequence
+    (``input_fingerprint``), else computed where the unit runs."""
     units = []
-    for sequence, name in zip(sequences, names):
+    fingerprints = list(fingerprints) if fingerprints is not None else [""] * len(sequences)
+    for sequence, name, fingerprint in zip(sequences, names, fingerprints):
         for policy in policies:
-            units.append(WorkUnit(len(units), str(sequence), name, policy, snapshot_every))
+            units.append(WorkUnit(len(units), str(sequence), name, policy, snapshot_every,
+                                  fingerprint))
     return units
+
+
+def input_fingerprint(sequence, settings) -> str:
+    """The fingerprint of ``sequence``'s first frames, read as its run reads them (the
+    settings' --format, --stamps, --fps, --topic): ``fingerprint_key`` of their digests
+    (session/fingerprint.py), "" when it cannot be read (the unit's run then says why).
+    ``settings``: ``run_settings``' dict or an argparse namespace."""
+    get = settings.get if isinstance(settings, dict) else (
+        lambda key, default=None: getattr(settings, key, default))
+    try:
+        dataset = open_dataset(sequence, get("format", "auto"), get("stamps", "auto"),
+                               get("fps", 30.0), get("topic"))
+        digests = recording_fingerprint(dataset.source)
+    except Exception as exc:  # noqa: BLE001 -- a unreadable input is its unit's error row
+        log.info("%s: no input fingerprint (%s: %s)", sequence, type(exc).__name__, exc)
+        return ""
+    return fingerprint_key(digests) if digests else ""
 
 
 def run_settings(args: argparse.Namespace) -> dict:
@@ -149,13 +176,25 @@ def unit_snapshot_args(unit: WorkUnit, run_args: argparse.Namespace,
     run_args.save_session, run_args.snapshot_every, run_args.resume = None, 0, None
     if not unit.snapshot_every:
         return None
-    folder = tree.state / "snapshots" / unit.key.replace("/", "__")
+    folder = unit_snapshot_folder(unit, tree, run_args)
+    if folder is None:  # the input cannot be read: its run fails and says why
+        return None
     folder.parent.mkdir(parents=True, exist_ok=True)
     run_args.save_session, run_args.snapshot_every = str(folder), unit.snapshot_every
-    if (folder / "manifest.json").is_file():
+    if folder.exists():  # the offline run checks it (marker, settings, the input's frames)
         run_args.resume = str(folder)
         log.info("unit %s resumes from its snapshot %s", unit.key, folder)
     return folder
+
+
+def unit_snapshot_folder(unit: WorkUnit, tree: OutputTree, settings) -> Optional[Path]:
+    """Where ``unit``'s stream snapshots go: ``OUT/.fleet/snapshots/<seq>__<policy>.<input
+    fingerprint>``, so a snapshot of another recording (the same folder name elsewhere, or
+    the recording replaced) is never the unit's. None when the input cannot be read."""
+    fingerprint = unit.fingerprint or input_fingerprint(unit.sequence, settings)
+    if not fingerprint:
+        return None
+    return tree.state / "snapshots" / f"{unit.key.replace('/', '__')}.{fingerprint}"
 
 
 def error_result(unit: WorkUnit, error: str, worker: str, attempts: int) -> UnitResult:
