@@ -3,7 +3,6 @@ their size checked before a byte is read."""
 from __future__ import annotations
 
 import os
-import threading
 
 import pytest
 
@@ -85,21 +84,19 @@ def test_a_symlink_folder_and_fifo_are_refused_and_the_fifo_never_blocks(tmp_pat
 
 
 def test_a_fifo_with_a_writer_is_refused_too(tmp_path):
+    """A FIFO that has a writer (and data waiting) is refused all the same, without reading."""
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    opened = threading.Event()
-
-    def writer():
-        fd = os.open(fifo, os.O_WRONLY)  # blocks until the reader below opens
-        opened.set()
-        os.close(fd)
-
-    thread = threading.Thread(target=writer, daemon=True)
-    thread.start()
-    with pytest.raises(FileRefused, match="FIFO"):
-        read_regular(fifo, 10)
-    assert opened.wait(10)
-    thread.join(10)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # so the writer's open succeeds
+    writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        os.write(writer, b"data")
+        with pytest.raises(FileRefused, match="FIFO"):
+            read_regular(fifo, 10)
+        assert os.read(reader, 10) == b"data"  # nothing was read from it
+    finally:
+        os.close(writer)
+        os.close(reader)
 
 
 def test_a_missing_file_is_file_not_found(tmp_path):
