@@ -13,7 +13,12 @@ import numpy as np
 
 from .atomic_file import PathLike, write_atomic
 
-__all__ = ["write_ply", "read_ply", "read_ply_comments"]
+__all__ = ["PLY_HEADER", "write_ply", "read_ply", "read_ply_comments"]
+
+# How every PLY file we write starts: how a file is recognised as ours (write_ply replaces
+# no other file). The comment is a header line PLY readers skip.
+_OURS = "lingbot_ros point map"
+PLY_HEADER = f"ply\nformat binary_little_endian 1.0\ncomment {_OURS}\n".encode("ascii")
 
 # One vertex as written: 3 x float32 + 3 x uint8, packed (15 bytes, no padding).
 _VERTEX_DTYPE = np.dtype([("x", "<f4"), ("y", "<f4"), ("z", "<f4"),
@@ -50,8 +55,7 @@ def write_ply(path: PathLike, xyz, rgb, comments: Sequence[str] = ()) -> Path:
         vertices[name] = xyz32[:, i]
     for i, name in enumerate(("red", "green", "blue")):
         vertices[name] = rgb[:, i]
-    header = ("ply\n"
-              "format binary_little_endian 1.0\n"
+    header = (PLY_HEADER.decode("ascii")
               + "".join(f"comment {c}\n" for c in comments) +
               f"element vertex {len(vertices)}\n"
               "property float x\nproperty float y\nproperty float z\n"
@@ -75,7 +79,8 @@ def read_ply(path: PathLike) -> tuple[np.ndarray, np.ndarray]:
 
 
 def read_ply_comments(path: PathLike) -> list[str]:
-    """The ``comment`` lines of a PLY file's header, without the ``comment `` keyword."""
+    """The ``comment`` lines of a PLY file's header, without the ``comment `` keyword (our
+    ``PLY_HEADER``'s is not one of them)."""
     with open(path, "rb") as f:
         head = b""
         while b"end_header\n" not in head:
@@ -85,4 +90,4 @@ def read_ply_comments(path: PathLike) -> list[str]:
             head += block
     text = head[:head.index(b"end_header\n")].decode("ascii", errors="replace")
     return [line[len("comment "):] for line in text.splitlines()
-            if line.startswith("comment ")]
+            if line.startswith("comment ") and line != f"comment {_OURS}"]
