@@ -17,7 +17,10 @@ import logging
 import sys
 from pathlib import Path
 
+from ..geometry import TUM_HEADER
 from .offline import RANDOM_WEIGHTS_NOTICE, parse_args as offline_args, run
+from .offline_outputs import EXIT_FAILED, planned_outputs
+from .out_folder import OurFile, OutRefused, check_out_folder
 from .synthetic import render_sequence
 from .synthetic_writers import write_bag
 
@@ -33,6 +36,16 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     out = Path(args.out)
+    try:  # before rendering: the bag is new, the ground truth and the run's files ours
+        check_out_folder(out, [OurFile("scene_bag.gt.tum", (TUM_HEADER + "\n").encode())])
+        if (out / "scene_bag").exists() or (out / "scene_bag").is_symlink():
+            raise OutRefused(f"--out {out}: scene_bag exists; the demo records a new bag "
+                             "there: remove it or choose another --out", out)
+        run_args = offline_args([str(out / "scene_bag"), "--out", str(out / "run"), "--ply"])
+        check_out_folder(run_args.out, planned_outputs(run_args))
+    except OutRefused as exc:
+        logging.getLogger("lingbot_ros.demo").error("%s", exc)
+        return EXIT_FAILED
     print(f"lingbot-ros-demo: rendering {args.frames} frames of a synthetic room ...")
     seq = render_sequence(args.frames, 160, 120)
     bag = write_bag(seq, out / "scene_bag", storage="mcap")

@@ -34,10 +34,13 @@ from ..config import KEYFRAME_POLICIES
 from ..geometry import write_atomic
 from .fleet import (Manifest, OutputTree, UnitProgress, execute_unit,
                     plan_units, run_settings, settings_digest, worker_table)
+from .fleet.manifest import FORMAT as MANIFEST_FORMAT, MANIFEST
 from .offline import (RANDOM_WEIGHTS_NOTICE, add_input_args, add_model_args,
-                      check_before_run, load_model)
+                      check_options, load_model)
 from .offline import parse_args as offline_args
+from .offline_outputs import EXIT_INTERRUPTED, OFFLINE_FILES
 from .offline_scale import add_scale_args
+from .out_folder import OurFile, check_our_folder, check_out_folder
 
 log = logging.getLogger("lingbot_ros.eval")
 
@@ -52,6 +55,13 @@ COLUMNS = (
     ("rpe_1m_trans_rmse", "RPE 1 m trans RMSE"), ("drift_pct", "drift (%)"),
     ("worker", "worker"), ("error", "note"))
 LOCAL_WORKER = "local"
+# The files lingbot-ros-eval writes at the top of OUT, by how each begins (a file there that
+# begins otherwise is not ours and is never replaced).
+EVAL_FILES = (
+    OurFile("table.md", b"| sequence | policy |"), OurFile("table.csv", b"sequence,policy,"),
+    OurFile("results.json", b'[\n  {\n    "sequence": '),
+    OurFile("workers.json", b'[\n  {\n    "worker": '),
+    OurFile(MANIFEST, b"{", b'"' + MANIFEST_FORMAT.rsplit("/", 1)[0].encode() + b"/"))
 
 
 def parse_args(argv):
@@ -185,15 +195,29 @@ def main(argv=None) -> int:
     settings = run_settings(args)
     tree = OutputTree(out)
     try:
-        check_before_run(args)
+        check_options(args)
+        check_eval_out(args.out, units)
         tree.acquire()
     except (FileNotFoundError, ValueError, RuntimeError, OSError) as exc:
         log.error("%s", exc)
         return 2
     try:
         return _run_all(args, units, settings, tree)
+    except KeyboardInterrupt:
+        log.error("interrupted (SIGINT): the units finished so far are in %s (manifest.json); "
+                  "the table was not written; --resume runs the others", out)
+        return EXIT_INTERRUPTED
     finally:
         tree.release()
+
+
+def check_eval_out(out, units) -> None:
+    """Before the run: OUT can be written, its files are ours, and each unit's folder (which
+    a finished unit replaces whole) holds only files a run writes, each ours. OutRefused
+    (one line) otherwise."""
+    check_out_folder(out, EVAL_FILES)
+    for unit in units:
+        check_our_folder(out, unit.key, OFFLINE_FILES)
 
 
 def _run_all(args, units, settings, tree) -> int:

@@ -246,6 +246,7 @@ def run(args, model=None, state: Optional[RunState] = None) -> dict:
     if args.max_frames is not None:
         total = min(total, args.max_frames) if total is not None else args.max_frames
     state.total, state.snapshot_dir = total, getattr(args, "save_session", None)
+    state.snapshots = snaps
     bar = _progress(total, args.no_progress, Path(args.input).name)
     peak = {"bytes_reserved": 0, "tokens_visible": 0}
     keyframe_flags: list[bool] = snaps.keyframe_flags
@@ -274,11 +275,10 @@ def run(args, model=None, state: Optional[RunState] = None) -> dict:
                 peak[key] = max(peak[key], cache[key])
         if bar is not None:
             bar.update(1)
-        saves = snaps.saves
+        state.saving(frames_read)
         snaps.after_frame(frames_read, frame, keyframe_flags)
-        if snaps.saves != saves:
-            state.snapshot_frame = frames_read
     state.writing = True
+    state.saving(frames_read)
     snaps.finish(frames_read, keyframe_flags)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)  # created now: an interrupted run leaves no trace

@@ -71,9 +71,23 @@ class RunState:
     written: list[str] = field(default_factory=list)  # file names, in order
     snapshot_dir: Optional[str] = None  # --save-session
     snapshot_frame: Optional[int] = None  # input frames read at its last save
+    snapshots: object = None  # the run's OfflineSnapshots (its ``saves`` count)
+    _pending: Optional[tuple[int, int]] = None  # (saves before, frames read) of a save
+
+    def saving(self, frames_read: int) -> None:
+        """Called before the snapshots may save after input frame ``frames_read``: an
+        interruption during or after that save then names the right frame."""
+        self._settle()
+        self._pending = (self.snapshots.saves, frames_read)
+
+    def _settle(self) -> None:
+        if self._pending is not None and self.snapshots.saves > self._pending[0]:
+            self.snapshot_frame = self._pending[1]
 
     def interrupted(self) -> str:
         """One line: where the run stopped and what it left on disk."""
+        if self.snapshots is not None:
+            self._settle()
         where = (f"after input frame {self.frames_read}" if self.writing
                  else f"at input frame {self.frames_read}" if self.frames_read
                  else "before the first input frame")

@@ -19,16 +19,19 @@ their first bytes are read. Nothing is created: a refused run leaves the disk as
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Optional
 
+from ..geometry.atomic_file import write_atomic
 from ..geometry.file_rules import FileRefused, FileRoot, kind_of
 
-__all__ = ["OurFile", "OutRefused", "check_out_folder", "check_our_folder", "HEAD_BYTES"]
+__all__ = ["OurFile", "OutRefused", "check_out_folder", "check_out_file", "check_our_folder",
+           "json_report_begins", "write_json_report", "HEAD_BYTES"]
 
 HEAD_BYTES = 4096  # what is read of an existing output to tell whether we wrote it
 
@@ -76,13 +79,18 @@ def _probe_writable(folder: Path, what: str, given) -> None:
                          f"{exc.strerror or exc}", given) from None
 
 
-def _folder(given, what: str) -> Path:
-    """The output folder's absolute path once checked: a folder we can write in, or absent
-    below a folder we can write in."""
+def _resolve(given, what: str) -> Path:
     try:
-        folder = FileRoot(None).resolve(str(given))  # names checked; links followed
+        return FileRoot(None).resolve(str(given))  # names checked; links followed
     except FileRefused as exc:
         raise OutRefused(f"{what} {given!r}: {exc}", given) from None
+
+
+def _folder(given, what: str, folder: Optional[Path] = None) -> Path:
+    """The output folder's absolute path once checked: a folder we can write in, or absent
+    below a folder we can write in. ``folder``: the folder of the file ``given``."""
+    of_file = folder is not None
+    folder = folder or _resolve(given, what)
     probe = folder
     while True:
         try:
@@ -93,7 +101,7 @@ def _folder(given, what: str) -> Path:
                 continue
             raise OutRefused(f"{what} {given}: {exc.strerror or exc}", given) from None
         if not stat.S_ISDIR(st.st_mode):
-            if probe == folder:
+            if probe == folder and not of_file:
                 raise OutRefused(f"{what} {given} is {kind_of(st.st_mode)}, not a folder",
                                  given)
             raise OutRefused(f"{what} {given}: cannot be created: {probe} is "
@@ -144,6 +152,27 @@ def check_out_folder(given, files: Iterable[OurFile], what: str = "--out") -> Pa
     return folder
 
 
+def check_out_file(given, begins: bytes, what: str = "--out") -> Path:
+    """An ``--out`` that names one file (a JSON report): its folder can be written in (or
+    created), and the file is absent or a regular file beginning with ``begins``. Returns
+    its absolute path; OutRefused otherwise."""
+    path = _resolve(given, what)
+    _folder(given, what, path.parent)
+    _check_file(path, OurFile(path.name, begins), what, given)
+    return path
+
+
+def json_report_begins(tool: str) -> bytes:
+    """How :func:`write_json_report` begins ``tool``'s report: how it is known as ours."""
+    return b'{\n  "written_by": "' + tool.encode() + b'"'
+
+
+def write_json_report(path, tool: str, report: dict) -> Path:
+    """``report`` as JSON (indent 2), ``"written_by": tool`` first, written atomically."""
+    text = json.dumps({"written_by": tool, **report}, indent=2, default=str) + "\n"
+    return write_atomic(path, text.encode())
+
+
 def check_our_folder(given, sub: str, files: Mapping[str, OurFile],
                      what: str = "--out") -> None:
     """A folder ``sub`` of the output folder that the run replaces WHOLE (a unit's folder of
@@ -154,6 +183,9 @@ def check_our_folder(given, sub: str, files: Mapping[str, OurFile],
         mode = os.lstat(folder).st_mode
     except FileNotFoundError:
         return
+    except NotADirectoryError:
+        raise OutRefused(f"{what} {given}: {sub} cannot be created: a folder above it is a "
+                         "file", given) from None
     if not stat.S_ISDIR(mode):
         raise OutRefused(f"{what} {given}: {sub} is {kind_of(mode)}, not a folder: it is "
                          "never replaced", given)
