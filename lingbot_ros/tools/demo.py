@@ -25,6 +25,19 @@ from .synthetic import render_sequence
 from .synthetic_writers import write_bag
 
 
+def check_demo_out(out, files, run_files=()) -> None:
+    """A demo's ``--out`` before it renders (this one and ``lingbot-ros-demo``): ``scene_bag``
+    absent (a new bag is recorded there), ``scene_bag.gt.tum`` and ``files`` ours,
+    ``run_files`` (the offline run's) in ``out/run``. OutRefused (one line) otherwise."""
+    gt = OurFile("scene_bag.gt.tum", (TUM_HEADER + "\n").encode())
+    check_out_folder(out, [gt, *files])
+    if (Path(out) / "scene_bag").exists() or (Path(out) / "scene_bag").is_symlink():
+        raise OutRefused(f"--out {out}: scene_bag exists; the demo records a new bag there: "
+                         "remove it or choose another --out", out)
+    if run_files:
+        check_out_folder(Path(out) / "run", run_files)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="lingbot-ros-offline-demo", description=__doc__.splitlines()[0])
     p.add_argument("--frames", type=int, default=60, help="frames to render (default 60)")
@@ -37,12 +50,8 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     out = Path(args.out)
     try:  # before rendering: the bag is new, the ground truth and the run's files ours
-        check_out_folder(out, [OurFile("scene_bag.gt.tum", (TUM_HEADER + "\n").encode())])
-        if (out / "scene_bag").exists() or (out / "scene_bag").is_symlink():
-            raise OutRefused(f"--out {out}: scene_bag exists; the demo records a new bag "
-                             "there: remove it or choose another --out", out)
         run_args = offline_args([str(out / "scene_bag"), "--out", str(out / "run"), "--ply"])
-        check_out_folder(run_args.out, planned_outputs(run_args))
+        check_demo_out(out, [], planned_outputs(run_args))
     except OutRefused as exc:
         logging.getLogger("lingbot_ros.demo").error("%s", exc)
         return EXIT_FAILED

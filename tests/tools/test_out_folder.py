@@ -121,3 +121,11 @@ def test_the_demo_refuses_an_out_holding_its_bag_before_rendering(tmp_path):
     proc = cli("lingbot_ros.tools.demo", "--frames", "4", "--out", tmp_path)
     assert proc.returncode == 2 and "scene_bag exists" in proc.stderr
     assert "rendering" not in proc.stdout
+
+
+def test_the_ros_demo_refuses_a_map_it_did_not_write_before_starting_anything(tmp_path):
+    (tmp_path / "map.ply").write_text("my map\n")
+    proc = cli("lingbot_ros.ros.demo", "--frames", "4", "--out", tmp_path)
+    assert proc.returncode == 2 and "map.ply exists and was not written" in proc.stderr
+    assert "rendering" not in proc.stdout and not (tmp_path / "scene_bag").exists()
+    assert (tmp_path / "map.ply").read_text() == "my map\n"
