@@ -131,7 +131,8 @@ def _deserialized(path, topic: str, rescue: Optional[Salvage] = None):
                 msg = _corrupt(err)
             yield n, t_bag, msg
             n += 1
-        yield _Ended(f"bag {path} is truncated ({rescue.cut})")
+        if rescue.cut:
+            yield _Ended(f"bag {path} is truncated ({rescue.cut})")
         return
     with _reader(path) as reader:
         conns = [c for c in reader.connections if c.topic == topic]
@@ -210,7 +211,8 @@ class BagSource(FrameSource):
                              f"{self._describe(topics)}")
         self.topic, self.msgtype = topic, topics[topic]
         self.message_count = indexed[topic][1]  # from the bag's index: a progress total
-        self.truncated = self._rescue is not None  # read up to the cut (bag_salvage)
+        # read up to the cut (bag_salvage): what rosbags refused
+        self.truncated = self._rescue is not None and self._rescue.cut is not None
 
     def __len__(self) -> int:
         """Messages on the topic (bad ones are skipped and counted while iterating)."""

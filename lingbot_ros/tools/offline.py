@@ -418,7 +418,7 @@ def main(argv=None) -> int:
         log.error("%s", state.interrupted())
         return EXIT_INTERRUPTED
     except (OSError, ValueError, RuntimeError) as exc:  # OSError: FileRefused, OutRefused...
-        log.error("%s", _one_line(exc))
+        log.error("%s", state.failed(_one_line(exc)))
         return EXIT_FAILED
     print(json.dumps({k: summary[k] for k in ("frames_read", "frames_processed", "keyframes",
                                              "rollovers", "fps", "outputs")}, default=str))

@@ -9,7 +9,8 @@ so that an interrupted one ends on one line saying where it stopped and what was
 Exit statuses of ``lingbot-ros-offline`` (docs/evaluation.md):
 
 - 0: the whole input was run and every output written;
-- 2: nothing was run: a bad option, input or ``--out`` (one ``ERROR`` line says which);
+- 2: nothing was run: a bad option, input or ``--out`` (one ``ERROR`` line says which), or
+  an output could not be written (a full disk: the line says which were);
 - 3: the input ended early (a truncated bag: a killed recorder): the frames that could be
   read were run and the outputs written for them; ``summary.json``'s ``input_ended_early``
   and one ``ERROR`` line say where it ended;
@@ -83,6 +84,15 @@ class RunState:
     def _settle(self) -> None:
         if self._pending is not None and self.snapshots.saves > self._pending[0]:
             self.snapshot_frame = self._pending[1]
+
+    def failed(self, reason: str) -> str:
+        """One line for an error: ``reason``, and once the outputs were being written,
+        which were."""
+        if not self.writing:
+            return reason
+        wrote = ", ".join(self.written) or "none"
+        return (f"{reason} (writing the outputs after input frame {self.frames_read}; "
+                f"written in {self.out}: {wrote})")
 
     def interrupted(self) -> str:
         """One line: where the run stopped and what it left on disk."""

@@ -155,3 +155,34 @@ def test_ctrl_c_stops_on_one_line_saying_where_and_what_was_written(tmp_path):
     assert "nothing written in" in lines[0]
     assert f"--save-session {snap} holds the snapshot after input frame" in lines[0]
     assert not out.exists()  # nothing half-written, no stale folder
+
+
+def test_an_output_that_cannot_be_written_after_the_run_says_which_were(tmp_path):
+    """The check passed, then (the run stopped meanwhile) a folder took summary.json's name:
+    one line, exit 2, naming what was written before it."""
+    bag = write_bag(render_sequence(40, 80, 60), tmp_path / "bag", storage="mcap",
+                    depth_topic=None).path
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [*CLI, str(bag), "--out", str(out), *FAST, "--save-session", str(tmp_path / "snap"),
+         "--snapshot-every", "2"], stderr=subprocess.PIPE, text=True)
+    seen = []
+    try:
+        for line in proc.stderr:
+            seen.append(line)
+            if "snapshot after 2 input frames" in line:
+                proc.send_signal(signal.SIGSTOP)  # held in its frame loop
+                (out / "summary.json").mkdir(parents=True)
+                proc.send_signal(signal.SIGCONT)
+                break
+        seen.append(proc.stderr.read())
+        assert proc.wait(timeout=300) == 2, "".join(seen)
+    finally:
+        proc.kill()
+        proc.stderr.close()
+    text = "".join(seen)
+    lines = [x for x in text.splitlines() if x.startswith("ERROR")]
+    assert "Traceback" not in text and len(lines) == 1, text
+    assert "summary.json" in lines[0] and "not a regular file" in lines[0]
+    assert "after input frame 40" in lines[0] and "trajectory.tum" in lines[0]
+    assert (out / "trajectory.tum").is_file() and (out / "summary.json").is_dir()
