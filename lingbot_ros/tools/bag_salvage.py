@@ -22,7 +22,6 @@ import shutil
 import sqlite3
 import struct
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -51,8 +50,8 @@ class _McapScan:
     """One pass over an MCAP file's records: ``(topic, msgtype, log_time, raw)`` for each
     whole message; ``cut`` says afterwards where the file ended early (None: it did not)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path, with_data: bool = True) -> None:
+        self.path, self.with_data = path, with_data
         self.schemas: dict[int, str] = {}
         self.channels: dict[int, tuple[str, str]] = {}
         self.cut: Optional[str] = None
@@ -80,7 +79,8 @@ class _McapScan:
             elif op == _MESSAGE:
                 cid, _, log_time = struct.unpack_from("<HIQ", buf, body)
                 topic, msgtype = self.channels.get(cid, ("", ""))
-                yield topic, msgtype, log_time, bytes(buf[body + 22:body + length])
+                yield (topic, msgtype, log_time,
+                       bytes(buf[body + 22:body + length]) if self.with_data else None)
             pos = body + length
 
     def _chunk(self, buf, body: int, end: int, cut: bool) -> Iterator[tuple]:
@@ -120,10 +120,9 @@ class _McapScan:
                 buf.release()
 
 
-@contextmanager
-def _sqlite_copy(path: Path):
-    """A read-only connection to a copy of ``path`` cut to whole pages, its header counting
-    them (SQLite trusts that count and refuses the file otherwise)."""
+def _sqlite_copy(path: Path, folder: Path) -> Path:
+    """A copy of ``path`` in ``folder`` cut to whole pages, its header counting them (SQLite
+    trusts that count and refuses the file otherwise)."""
     with open(path, "rb") as f:
         head = f.read(100)
         if len(head) < 100 or not head.startswith(_SQLITE_MAGIC):
@@ -132,67 +131,117 @@ def _sqlite_copy(path: Path):
         page = 65536 if page == 1 else page
         f.seek(0, 2)
         pages = f.tell() // page
-        with tempfile.TemporaryDirectory(prefix="lingbot_ros_salvage.") as tmp:
-            copy = Path(tmp) / path.name
-            f.seek(0)
-            with open(copy, "wb") as out:
-                shutil.copyfileobj(f, out)
-                out.truncate(pages * page)
-                out.seek(28)
-                out.write(struct.pack(">I", pages))
-            conn = sqlite3.connect(f"file:{copy}?mode=ro", uri=True)
-            try:
-                yield conn
-            finally:
-                conn.close()
+        copy = folder / path.name
+        f.seek(0)
+        with open(copy, "wb") as out:
+            shutil.copyfileobj(f, out)
+            out.truncate(pages * page)
+            out.seek(28)
+            out.write(struct.pack(">I", pages))
+    return copy
 
 
-def _sqlite_messages(path: Path, holder: "Salvage") -> Iterator[tuple]:
+class _Note:
+    """Where one pass over the data found it cut (None: read to its end)."""
+    cut: Optional[str] = None
+
+
+def _sqlite_messages(copy: Path, holder: _Note, with_data: bool) -> Iterator[tuple]:
     try:
-        with _sqlite_copy(path) as conn:
+        conn = sqlite3.connect(f"file:{copy}?mode=ro", uri=True)
+    except sqlite3.DatabaseError:
+        holder.cut = "the SQLite file is cut before its table of topics"
+        return
+    try:
+        try:
             topics = {tid: (name, mtype) for tid, name, mtype in
                       conn.execute("SELECT id, name, type FROM topics")}
-            try:
-                for tid, stamp, data in conn.execute(
-                        "SELECT topic_id, timestamp, data FROM messages ORDER BY id"):
-                    name, mtype = topics.get(tid, ("", ""))
-                    yield name, mtype, int(stamp), data
-            except sqlite3.DatabaseError:
-                holder.cut = "the SQLite file ends before its last message"
-                return
-    except (_Cut, sqlite3.DatabaseError):
-        holder.cut = "the SQLite file is cut before its table of topics"
+        except sqlite3.DatabaseError:
+            holder.cut = "the SQLite file is cut before its table of topics"
+            return
+        try:  # the data is read even to count: a row may be whole, its data cut
+            for tid, stamp, raw in conn.execute(
+                    "SELECT topic_id, timestamp, data FROM messages ORDER BY id"):
+                name, mtype = topics.get(tid, ("", ""))
+                yield name, mtype, int(stamp), raw if with_data else None
+        except sqlite3.DatabaseError:
+            holder.cut = "the SQLite file ends before its last message"
+    finally:
+        conn.close()
+
+
+def _file_order(path: Path) -> tuple:
+    """rosbag2's split files in their order: ``rec_2.mcap`` before ``rec_10.mcap``."""
+    stem, _, n = path.stem.rpartition("_")
+    return (stem, int(n), "") if n.isdigit() else (path.stem, -1, path.name)
 
 
 class Salvage:
-    """The readable part of a truncated bag (a storage file, or a bag folder's files)."""
+    """The readable part of a truncated bag (a storage file, or a bag folder's files). An
+    SQLite file is copied once (see the module docstring), into a temporary folder removed
+    with this object. Several passes may run at once (the colour and depth topics)."""
 
     def __init__(self, files: list[Path]) -> None:
-        self.files = files
-        self.cut: Optional[str] = None  # after an iteration: where the data ended
+        self.files = sorted(files, key=_file_order)
+        self._tmp: Optional[tempfile.TemporaryDirectory] = None
+        self._copies: dict[Path, Optional[Path]] = {}
+        self._topics: Optional[dict[str, tuple[str, int]]] = None
+        self._cut: Optional[str] = None
 
-    def messages(self) -> Iterator[tuple[str, str, int, bytes]]:
-        """``(topic, msgtype, record time ns, raw CDR)`` of every whole message, in record
-        order; ``cut`` says afterwards how the data ended."""
-        self.cut = None
+    def _sqlite(self, file: Path, note: _Note, with_data: bool) -> Iterator[tuple]:
+        if file not in self._copies:
+            if self._tmp is None:
+                self._tmp = tempfile.TemporaryDirectory(prefix="lingbot_ros_salvage.")
+            try:
+                self._copies[file] = _sqlite_copy(file, Path(self._tmp.name))
+            except _Cut:
+                self._copies[file] = None
+        if self._copies[file] is None:
+            note.cut = "not an SQLite file"
+            return
+        yield from _sqlite_messages(self._copies[file], note, with_data)
+
+    def _pass(self, note: _Note, with_data: bool) -> Iterator[tuple]:
         for file in self.files:
             if file.suffix.lower() == ".mcap":
-                scan = _McapScan(file)
+                scan = _McapScan(file, with_data)
                 yield from scan
-                self.cut = scan.cut and f"{file.name}: {scan.cut}"
+                note.cut = scan.cut
             else:
-                yield from _sqlite_messages(file, self)
-                self.cut = self.cut and f"{file.name}: {self.cut}"
-            if self.cut:
+                yield from self._sqlite(file, note, with_data)
+            if note.cut:
+                note.cut = f"{file.name}: {note.cut}"
                 return  # a later file cannot follow a cut one
 
+    def messages(self, with_data: bool = True) -> Iterator[tuple[str, str, int, Optional[bytes]]]:
+        """``(topic, msgtype, record time ns, raw CDR)`` of every whole message, in record
+        order (``None`` in place of the data without ``with_data``). Every pass ends at the
+        same place: :attr:`cut`."""
+        yield from self._pass(_Note(), with_data)
+
     def topics(self) -> dict[str, tuple[str, int]]:
-        """``{topic: (message type, whole messages)}``: one pass over the data."""
-        out: dict[str, tuple[str, int]] = {}
-        for topic, msgtype, _, _ in self.messages():
-            _, n = out.get(topic, (msgtype, 0))
-            out[topic] = (msgtype, n + 1)
-        return out
+        """``{topic: (message type, whole messages)}``: one pass over the records (once)."""
+        if self._topics is None:
+            out: dict[str, tuple[str, int]] = {}
+            note = _Note()
+            for topic, msgtype, _, _ in self._pass(note, with_data=False):
+                _, n = out.get(topic, (msgtype, 0))
+                out[topic] = (msgtype, n + 1)
+            self._topics, self._cut = out, note.cut
+        return self._topics
+
+    @property
+    def cut(self) -> Optional[str]:
+        """How the data ends early (e.g. ``rec_0.mcap: the MCAP file ends inside a
+        record``); None when it is whole."""
+        self.topics()
+        return self._cut
+
+
+# The bags salvaged in this process, by their files' identity: one is opened several times
+# (the colour source, the depth stream, the topic list) and is scanned (an SQLite one copied)
+# once.
+_SALVAGED: dict[tuple, Salvage] = {}
 
 
 def salvage(path: Path) -> Optional[Salvage]:
@@ -200,8 +249,16 @@ def salvage(path: Path) -> Optional[Salvage]:
     such files), or None when it has no storage file this reads."""
     path = Path(path)
     if path.is_dir():
-        files = sorted(p for p in path.iterdir()
-                       if p.suffix.lower() in (".mcap", ".db3") and p.is_file())
+        files = [p for p in path.iterdir()
+                 if p.suffix.lower() in (".mcap", ".db3") and p.is_file()]
     else:
         files = [path] if path.suffix.lower() in (".mcap", ".db3") else []
-    return Salvage(files) if files else None
+    if not files:
+        return None
+    key = tuple(sorted((str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns)
+                       for p in files))
+    if key not in _SALVAGED:
+        while len(_SALVAGED) >= 4:
+            _SALVAGED.pop(next(iter(_SALVAGED)))
+        _SALVAGED[key] = Salvage(files)
+    return _SALVAGED[key]
