@@ -133,7 +133,17 @@ def sequence_names(paths) -> list[str]:
 
 
 def row_of(sequence: str, policy: str, summary: dict) -> dict:
-    """The table's row of one run's summary (the offline runner's summary.json)."""
+    """The table's row of one run's summary (the offline runner's summary.json); its note
+    starts with the input's early end (a truncated bag) when it had one."""
+    row = _row_of(sequence, policy, summary)
+    if summary.get("input_ended_early"):
+        row["error"] = "; ".join(x for x in (f"input ended early: "
+                                             f"{summary['input_ended_early']}", row["error"])
+                                 if x)
+    return row
+
+
+def _row_of(sequence: str, policy: str, summary: dict) -> dict:
     row = {"sequence": sequence, "policy": policy,
            "frames": summary.get("frames_processed"), "keyframes": summary.get("keyframes"),
            "fps": summary.get("fps"), "error": summary.get("error"),

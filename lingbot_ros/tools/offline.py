@@ -277,9 +277,9 @@ def run(args, model=None, state: Optional[RunState] = None) -> dict:
             bar.update(1)
         state.saving(frames_read)
         snaps.after_frame(frames_read, frame, keyframe_flags)
-    state.writing = True
     state.saving(frames_read)
     snaps.finish(frames_read, keyframe_flags)
+    state.writing = True
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)  # created now: an interrupted run leaves no trace
     wall = time.perf_counter() - t0
