@@ -247,7 +247,7 @@ def run(args, model=None, state: Optional[RunState] = None) -> dict:
         total = min(total, args.max_frames) if total is not None else args.max_frames
     state.total, state.snapshot_dir = total, getattr(args, "save_session", None)
     state.snapshots = snaps
-    bar = _progress(total, args.no_progress, Path(args.input).name)
+    bar = state.bar = _progress(total, args.no_progress, Path(args.input).name)
     peak = {"bytes_reserved": 0, "tokens_visible": 0}
     keyframe_flags: list[bool] = snaps.keyframe_flags
     t0 = time.perf_counter()

@@ -73,6 +73,7 @@ class RunState:
     snapshot_dir: Optional[str] = None  # --save-session
     snapshot_frame: Optional[int] = None  # input frames read at its last save
     snapshots: object = None  # the run's OfflineSnapshots (its ``saves`` count)
+    bar: object = None  # the progress bar: closed before the line, which then starts a line
     _pending: Optional[tuple[int, int]] = None  # (saves before, frames read) of a save
 
     def saving(self, frames_read: int) -> None:
@@ -81,6 +82,11 @@ class RunState:
         self._settle()
         self._pending = (self.snapshots.saves, frames_read)
 
+    def _close_bar(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
     def _settle(self) -> None:
         if self._pending is not None and self.snapshots.saves > self._pending[0]:
             self.snapshot_frame = self._pending[1]
@@ -88,6 +94,7 @@ class RunState:
     def failed(self, reason: str) -> str:
         """One line for an error: ``reason``, and once the outputs were being written,
         which were."""
+        self._close_bar()
         if not self.writing:
             return reason
         wrote = ", ".join(self.written) or "none"
@@ -96,6 +103,7 @@ class RunState:
 
     def interrupted(self) -> str:
         """One line: where the run stopped and what it left on disk."""
+        self._close_bar()
         if self.snapshots is not None:
             self._settle()
         where = (f"after input frame {self.frames_read}" if self.writing
