@@ -13,12 +13,7 @@ import numpy as np
 
 from .atomic_file import PathLike, write_atomic
 
-__all__ = ["PLY_HEADER", "write_ply", "read_ply", "read_ply_comments"]
-
-# How every PLY file we write starts: how a file is recognised as ours (write_ply replaces
-# no other file). The comment is a header line PLY readers skip.
-_OURS = "lingbot_ros point map"
-PLY_HEADER = f"ply\nformat binary_little_endian 1.0\ncomment {_OURS}\n".encode("ascii")
+__all__ = ["write_ply", "read_ply", "read_ply_comments"]
 
 # One vertex as written: 3 x float32 + 3 x uint8, packed (15 bytes, no padding).
 _VERTEX_DTYPE = np.dtype([("x", "<f4"), ("y", "<f4"), ("z", "<f4"),
@@ -55,7 +50,8 @@ def write_ply(path: PathLike, xyz, rgb, comments: Sequence[str] = ()) -> Path:
         vertices[name] = xyz32[:, i]
     for i, name in enumerate(("red", "green", "blue")):
         vertices[name] = rgb[:, i]
-    header = (PLY_HEADER.decode("ascii")
+    header = ("ply\n"
+              "format binary_little_endian 1.0\n"
               + "".join(f"comment {c}\n" for c in comments) +
               f"element vertex {len(vertices)}\n"
               "property float x\nproperty float y\nproperty float z\n"
@@ -79,8 +75,7 @@ def read_ply(path: PathLike) -> tuple[np.ndarray, np.ndarray]:
 
 
 def read_ply_comments(path: PathLike) -> list[str]:
-    """The ``comment`` lines of a PLY file's header, without the ``comment `` keyword (our
-    ``PLY_HEADER``'s is not one of them)."""
+    """The ``comment`` lines of a PLY file's header, without the ``comment `` keyword."""
     with open(path, "rb") as f:
         head = b""
         while b"end_header\n" not in head:
@@ -90,4 +85,4 @@ def read_ply_comments(path: PathLike) -> list[str]:
             head += block
     text = head[:head.index(b"end_header\n")].decode("ascii", errors="replace")
     return [line[len("comment "):] for line in text.splitlines()
-            if line.startswith("comment ") and line != f"comment {_OURS}"]
+            if line.startswith("comment ")]

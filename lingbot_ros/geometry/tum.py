@@ -12,12 +12,7 @@ import numpy as np
 from .atomic_file import PathLike, write_atomic
 from .poses import as_transforms, matrix_to_tq, tq_to_matrix
 
-__all__ = ["TUM_HEADER", "format_stamp", "parse_stamp", "write_tum", "read_tum",
-           "read_tum_header"]
-
-# The first line of every TUM file we write: how a file is recognised as ours (write_tum
-# replaces no other file). A ``#`` comment: TUM readers, evo included, skip it.
-TUM_HEADER = "# lingbot_ros trajectory (TUM)"
+__all__ = ["format_stamp", "parse_stamp", "write_tum", "read_tum", "read_tum_header"]
 
 
 def format_stamp(stamp_ns: int) -> str:
@@ -68,7 +63,7 @@ def write_tum(path: PathLike, stamps_ns: Sequence[int], poses, frame: str = "",
         if c is not None and ("\n" in str(c) or "\r" in str(c)):
             raise ValueError(f"a TUM header line may not hold a line break: {c!r}")
     t, q = matrix_to_tq(m)
-    lines = [TUM_HEADER + "\n"] + [f"# {c}\n" for c in comments if c is not None]
+    lines = [f"# {c}\n" for c in comments if c is not None]
     lines.append("# timestamp tx ty tz qx qy qz qw\n")
     for s, ti, qi in zip(stamps, t, q):
         lines.append(" ".join([format_stamp(s)] + [repr(float(v)) for v in (*ti, *qi)]) + "\n")
@@ -77,11 +72,11 @@ def write_tum(path: PathLike, stamps_ns: Sequence[int], poses, frame: str = "",
 
 def read_tum_header(path: PathLike) -> list[str]:
     """The ``#`` comment lines of a TUM file, without the ``#`` and the space after it
-    (e.g. ``['frame: ...', 'units: m', ...]``; ``TUM_HEADER`` is not one of them)."""
+    (e.g. ``['frame: ...', 'units: m', ...]``)."""
     out = []
     for line in Path(path).read_text().splitlines():
         line = line.strip()
-        if line.startswith("#") and line != TUM_HEADER:
+        if line.startswith("#"):
             out.append(line[1:].strip())
     return out
 
