@@ -7,7 +7,7 @@ Imports numpy and the standard library only: no torch, no rclpy, nothing else of
 use it without loading the model's stack."""
 from .atomic_file import PathLike, write_atomic
 from .file_rules import FileRefused, FileRoot, check_regular, kind_of, read_regular
-from .ply import read_ply, read_ply_comments, write_ply
+from .ply import PLY_HEADER, read_ply, read_ply_comments, write_ply
 from .points import DepthFrame, frame_points
 from .poses import (R_BODY_OPTICAL, T_BODY_OPTICAL, T_OPTICAL_BODY, as_transforms, c2w_to_map,
                     interpolate_poses, matrix_to_tq, quaternion_to_rotation, rigid_inverse,
@@ -15,7 +15,7 @@ from .poses import (R_BODY_OPTICAL, T_BODY_OPTICAL, T_OPTICAL_BODY, as_transform
                     rotation_to_quaternion, slerp, tq_to_matrix)
 from .sim3 import Sim3, ate_rmse, umeyama
 from .trajectory import SESSION_FRAME, Trajectory
-from .tum import format_stamp, parse_stamp, read_tum, read_tum_header, write_tum
+from .tum import TUM_HEADER, format_stamp, parse_stamp, read_tum, read_tum_header, write_tum
 from .voxel_map import INDEX_LIMIT, VoxelMap
 
 __all__ = ["PathLike", "write_atomic", "FileRefused", "FileRoot", "check_regular", "kind_of",
@@ -25,4 +25,5 @@ __all__ = ["PathLike", "write_atomic", "FileRefused", "FileRoot", "check_regular
            "rotation_angle", "rotation_vector",
            "rotation_to_quaternion", "slerp", "tq_to_matrix", "Sim3", "ate_rmse", "umeyama",
            "SESSION_FRAME", "Trajectory", "format_stamp", "parse_stamp", "read_tum",
-           "write_tum", "INDEX_LIMIT", "VoxelMap", "read_ply_comments", "read_tum_header"]
+           "write_tum", "INDEX_LIMIT", "VoxelMap", "read_ply_comments", "read_tum_header",
+           "PLY_HEADER", "TUM_HEADER"]

@@ -13,7 +13,12 @@ import numpy as np
 
 from .atomic_file import PathLike, write_atomic
 
-__all__ = ["write_ply", "read_ply", "read_ply_comments"]
+__all__ = ["PLY_HEADER", "write_ply", "read_ply", "read_ply_comments"]
+
+# How every PLY file we write starts: how a file is recognised as ours (write_ply replaces
+# no other file). The comment is a header line PLY readers skip.
+_OURS = "lingbot_ros point map"
+PLY_HEADER = f"ply\nformat binary_little_endian 1.0\ncomment {_OURS}\n".encode("ascii")
 
 # One vertex as written: 3 x float32 + 3 x uint8, packed (15 bytes, no padding).
 _VERTEX_DTYPE = np.dtype([("x", "<f4"), ("y", "<f4"), ("z", "<f4"),
@@ -24,8 +29,9 @@ def write_ply(path: PathLike, xyz, rgb, comments: Sequence[str] = ()) -> Path:
     """Write points ``xyz`` (N, 3) float and colours ``rgb`` (N, 3) uint8 as a binary
     little-endian PLY file (``x y z`` float, ``red green blue`` uchar); returns the path.
 
-    Atomic and never through a link: see :func:`write_atomic` (an existing target that is no
-    regular file is refused with FileExistsError). Raises ValueError for wrong shapes or
+    Atomic and never through a link: see :func:`write_atomic`. The file starts with
+    ``PLY_HEADER``; an existing target is replaced only if it is a regular file that starts
+    with it too (one we wrote): anything else is refused with FileExistsError. Raises ValueError for wrong shapes or
     dtypes and for coordinates that are not finite as float32 (PLY readers choke on them).
     ``comments``: header ``comment`` lines (e.g. ``units: m``), ASCII, one line each."""
     for c in comments:
@@ -50,14 +56,13 @@ def write_ply(path: PathLike, xyz, rgb, comments: Sequence[str] = ()) -> Path:
         vertices[name] = xyz32[:, i]
     for i, name in enumerate(("red", "green", "blue")):
         vertices[name] = rgb[:, i]
-    header = ("ply\n"
-              "format binary_little_endian 1.0\n"
+    header = (PLY_HEADER.decode("ascii")
               + "".join(f"comment {c}\n" for c in comments) +
               f"element vertex {len(vertices)}\n"
               "property float x\nproperty float y\nproperty float z\n"
               "property uchar red\nproperty uchar green\nproperty uchar blue\n"
               "end_header\n").encode("ascii")
-    return write_atomic(path, header + vertices.tobytes())
+    return write_atomic(path, header + vertices.tobytes(), replaces=PLY_HEADER)
 
 
 def read_ply(path: PathLike) -> tuple[np.ndarray, np.ndarray]:
@@ -75,7 +80,8 @@ def read_ply(path: PathLike) -> tuple[np.ndarray, np.ndarray]:
 
 
 def read_ply_comments(path: PathLike) -> list[str]:
-    """The ``comment`` lines of a PLY file's header, without the ``comment `` keyword."""
+    """The ``comment`` lines of a PLY file's header, without the ``comment `` keyword (our
+    ``PLY_HEADER``'s is not one of them)."""
     with open(path, "rb") as f:
         head = b""
         while b"end_header\n" not in head:
@@ -85,4 +91,4 @@ def read_ply_comments(path: PathLike) -> list[str]:
             head += block
     text = head[:head.index(b"end_header\n")].decode("ascii", errors="replace")
     return [line[len("comment "):] for line in text.splitlines()
-            if line.startswith("comment ")]
+            if line.startswith("comment ") and line != f"comment {_OURS}"]

@@ -12,7 +12,12 @@ import numpy as np
 from .atomic_file import PathLike, write_atomic
 from .poses import as_transforms, matrix_to_tq, tq_to_matrix
 
-__all__ = ["format_stamp", "parse_stamp", "write_tum", "read_tum", "read_tum_header"]
+__all__ = ["TUM_HEADER", "format_stamp", "parse_stamp", "write_tum", "read_tum",
+           "read_tum_header"]
+
+# The first line of every TUM file we write: how a file is recognised as ours (write_tum
+# replaces no other file). A ``#`` comment: TUM readers, evo included, skip it.
+TUM_HEADER = "# lingbot_ros trajectory (TUM)"
 
 
 def format_stamp(stamp_ns: int) -> str:
@@ -45,9 +50,10 @@ def write_tum(path: PathLike, stamps_ns: Sequence[int], poses, frame: str = "",
     after it (e.g. ``units: m``, ``scale: depth, 0.0123 m per model unit``); a line may not
     hold a line break (ValueError).
 
-    An existing ``path`` must be a regular file: a symlink, FIFO, device or folder there is
-    neither followed nor replaced (FileExistsError). On any failure (writing, renaming) no
-    temporary file is left behind.
+    The file starts with ``TUM_HEADER``. An existing ``path`` is replaced only if it is a
+    regular file that starts with it too (one we wrote): another file, a symlink, FIFO,
+    device or folder there is neither followed nor replaced (FileExistsError). On any
+    failure (writing, renaming) no temporary file is left behind.
 
     Values are written with ``repr`` precision, so a float64 pose reads back bit-exact
     (quaternions are canonicalised with w >= 0)."""
@@ -63,20 +69,21 @@ def write_tum(path: PathLike, stamps_ns: Sequence[int], poses, frame: str = "",
         if c is not None and ("\n" in str(c) or "\r" in str(c)):
             raise ValueError(f"a TUM header line may not hold a line break: {c!r}")
     t, q = matrix_to_tq(m)
-    lines = [f"# {c}\n" for c in comments if c is not None]
+    lines = [TUM_HEADER + "\n"] + [f"# {c}\n" for c in comments if c is not None]
     lines.append("# timestamp tx ty tz qx qy qz qw\n")
     for s, ti, qi in zip(stamps, t, q):
         lines.append(" ".join([format_stamp(s)] + [repr(float(v)) for v in (*ti, *qi)]) + "\n")
-    return write_atomic(path, "".join(lines).encode("utf-8"))
+    return write_atomic(path, "".join(lines).encode("utf-8"),
+                        replaces=(TUM_HEADER + "\n").encode("utf-8"))
 
 
 def read_tum_header(path: PathLike) -> list[str]:
     """The ``#`` comment lines of a TUM file, without the ``#`` and the space after it
-    (e.g. ``['frame: ...', 'units: m', ...]``)."""
+    (e.g. ``['frame: ...', 'units: m', ...]``; ``TUM_HEADER`` is not one of them)."""
     out = []
     for line in Path(path).read_text().splitlines():
         line = line.strip()
-        if line.startswith("#"):
+        if line.startswith("#") and line != TUM_HEADER:
             out.append(line[1:].strip())
     return out
 

@@ -1,5 +1,6 @@
 """The writers of trajectories and maps share one atomic write (``write_atomic``): a real
-write error leaves the target as it was and no temporary file."""
+write error leaves the target as it was and no temporary file; a file the writer did not
+write (no header of ours) is never replaced, and nothing is written to try."""
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,9 @@ WRITERS = {
 def test_a_failed_write_leaves_the_target_and_no_temporary_file(tmp_path, writer):
     """EFBIG: the file size limit of a child process (it holds as root too)."""
     target = tmp_path / "out.file"
-    target.write_text("previous\n")
+    exec(compile("import sys\nimport numpy as np\nsys.argv = [None, " + repr(str(target))
+                 + "]\n" + WRITERS[writer], writer, "exec"), {})  # a file of ours first
+    previous = target.read_bytes()
     call = "".join("    " + line + "\n" for line in WRITERS[writer].splitlines())
     code = ("import errno, resource, signal, sys\n"
             "import numpy as np\n"
@@ -33,5 +36,22 @@ def test_a_failed_write_leaves_the_target_and_no_temporary_file(tmp_path, writer
     proc = subprocess.run([sys.executable, "-c", code, str(target)], cwd=repo,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
-    assert target.read_text() == "previous\n"
+    assert target.read_bytes() == previous
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.file"]
+
+
+@pytest.mark.parametrize("content", [b"", b"#", b"ssh-ed25519 AAAA user@host\n",
+                                     b"# lingbot_ros trajectory (TUM)"])  # no line end
+def test_a_file_without_our_header_is_never_replaced(tmp_path, content):
+    from lingbot_ros.geometry import write_atomic
+    ours = b"# lingbot_ros trajectory (TUM)\n"
+    target = tmp_path / "authorized_keys"
+    target.write_bytes(content)
+    with pytest.raises(FileExistsError, match="not written by lingbot_ros") as err:
+        write_atomic(target, ours + b"1 0 0 0 0 0 0 1\n", replaces=ours)
+    assert str(target) in str(err.value)
+    assert target.read_bytes() == content
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["authorized_keys"]
+    target.write_bytes(ours + b"old\n")  # ours: replaced
+    write_atomic(target, ours + b"new\n", replaces=ours)
+    assert target.read_bytes() == ours + b"new\n"

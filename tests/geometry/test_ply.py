@@ -9,7 +9,8 @@ import pytest
 
 from lingbot_ros.geometry import VoxelMap, write_ply
 
-HEADER = ["ply", "format binary_little_endian 1.0", "element vertex {n}",
+HEADER = ["ply", "format binary_little_endian 1.0", "comment lingbot_ros point map",
+          "element vertex {n}",
           "property float x", "property float y", "property float z",
           "property uchar red", "property uchar green", "property uchar blue", "end_header"]
 
@@ -20,7 +21,7 @@ def read_ply(path):
     head, sep, body = data.partition(b"end_header\n")
     assert sep, "no end_header"
     lines = (head + sep).decode("ascii").splitlines()
-    n = int(lines[2].split()[2])
+    n = int(lines[3].split()[2])
     assert lines == [line.format(n=n) for line in HEADER]
     record = np.dtype([("x", "<f4"), ("y", "<f4"), ("z", "<f4"),
                        ("r", "u1"), ("g", "u1"), ("b", "u1")])
@@ -85,10 +86,16 @@ def test_write_ply_never_follows_nor_replaces_what_is_not_a_regular_file(tmp_pat
             write_ply(tmp_path / name, xyz, rgb)
         assert is_kind(os.lstat(tmp_path / name).st_mode), name
     assert pointee.read_text() == "keep me\n" and not list((tmp_path / "folder.ply").iterdir())
-    # A regular file is replaced, atomically; nothing temporary is left by any of this.
-    (tmp_path / "old.ply").write_text("old\n")
+    # A file we wrote is replaced, atomically; one we did not write is not, even another
+    # program's PLY. Nothing temporary is left by any of this.
+    write_ply(tmp_path / "old.ply", *cloud(3))
     write_ply(tmp_path / "old.ply", xyz, rgb)
     assert np.array_equal(read_ply(tmp_path / "old.ply")[0], xyz)
+    theirs = b"ply\nformat binary_little_endian 1.0\nelement vertex 0\nend_header\n"
+    (tmp_path / "theirs.ply").write_bytes(theirs)
+    with pytest.raises(FileExistsError, match="not written by lingbot_ros"):
+        write_ply(tmp_path / "theirs.ply", xyz, rgb)
+    assert (tmp_path / "theirs.ply").read_bytes() == theirs
     assert not list(tmp_path.glob("*.tmp"))
 
 

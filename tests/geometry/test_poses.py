@@ -152,7 +152,7 @@ def test_tum_round_trip_is_bit_exact(tmp_path):
     assert s2.dtype == np.int64 and np.array_equal(s2, stamps)
     assert np.allclose(p2, poses, atol=1e-15, rtol=0)
     assert not list(tmp_path.glob("*.tmp"))
-    first = path.read_text().splitlines()[1].split()
+    first = path.read_text().splitlines()[2].split()  # after TUM_HEADER and the column names
     assert len(first) == 8 and first[0] == "1700000000.000000000"
 
 
@@ -193,10 +193,15 @@ def test_write_tum_never_follows_nor_replaces_what_is_not_a_regular_file(tmp_pat
             write_tum(tmp_path / name, [1], pose)
         assert is_kind(os.lstat(tmp_path / name).st_mode), name
     assert pointee.read_text() == "keep me\n" and not list((tmp_path / "folder.tum").iterdir())
-    # A regular file is replaced, atomically; nothing temporary is left by any of this.
-    (tmp_path / "old.tum").write_text("old\n")
+    # A file we wrote is replaced, atomically; one we did not write is not (a params file,
+    # authorized_keys: anything without our header). Nothing temporary is left by any of it.
+    write_tum(tmp_path / "old.tum", [5, 6], np.tile(pose, (2, 1, 1)))
     write_tum(tmp_path / "old.tum", [1], pose)
     assert read_tum(tmp_path / "old.tum")[0].tolist() == [1]
+    (tmp_path / "theirs.tum").write_text("# frame: x\n1.0 0 0 0 0 0 0 1\n")
+    with pytest.raises(FileExistsError, match="not written by lingbot_ros"):
+        write_tum(tmp_path / "theirs.tum", [1], pose)
+    assert (tmp_path / "theirs.tum").read_text() == "# frame: x\n1.0 0 0 0 0 0 0 1\n"
     assert not list(tmp_path.glob("*.tmp"))
 
 

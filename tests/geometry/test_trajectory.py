@@ -54,7 +54,8 @@ def test_a_tum_file_names_its_frame_in_a_comment_that_readers_skip(tmp_path):
     traj = Trajectory()
     traj.append(1, np.eye(4))
     path = traj.save_tum(tmp_path / "t.tum")
-    first = path.read_text().splitlines()[0]
+    marker, first = path.read_text().splitlines()[:2]  # marker: TUM_HEADER (ours)
+    assert marker == "# lingbot_ros trajectory (TUM)"
     assert first.startswith("# frame: camera_optical") and "first frame" in first
     stamps, poses = read_tum(path)
     assert stamps.tolist() == [1] and np.array_equal(poses[0], np.eye(4))
