@@ -162,7 +162,8 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=2000, help="timed repetitions (default 2000)")
     p.add_argument("--frames", default="72,400,3000",
                    help="trajectory lengths of the attention timings (comma list)")
-    p.add_argument("--out", default="bench_cache.json", help="JSON output path (replaces only a report of this tool)")
+    p.add_argument("--out", default="bench_cache.json",
+                   help="JSON output path (replaces only a report of this tool)")
     args = p.parse_args(argv)
     tool = "lingbot-ros-bench-cache"
     try:  # before the timings: --out can be written and replaces only our report

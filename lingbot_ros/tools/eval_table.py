@@ -306,14 +306,17 @@ def _run_all(args, units, settings, tree) -> int:
         table_results.append({"sequence": unit.name, "policy": unit.policy, "worker": worker,
                               "attempts": attempts, "summary": summary})
     table = markdown_table(rows)
-    write_atomic(out / "table.md", table.encode())
-    write_atomic(out / "table.csv", csv_table(rows).encode())
+    ours = {spec.name: spec.begins for spec in EVAL_FILES}  # replaced only if ours
+    write_atomic(out / "table.md", table.encode(), replaces=ours["table.md"])
+    write_atomic(out / "table.csv", csv_table(rows).encode(), replaces=ours["table.csv"])
     write_atomic(out / "results.json",
-                 (json.dumps(table_results, indent=2, default=str) + "\n").encode())
+                 (json.dumps(table_results, indent=2, default=str) + "\n").encode(),
+                 replaces=ours["results.json"])
     print(table, end="")
     if stats:
         write_atomic(out / "workers.json", (json.dumps([s.as_dict() for s in stats],
-                                                       indent=2) + "\n").encode())
+                                                       indent=2) + "\n").encode(),
+                     replaces=ours["workers.json"])
         print(worker_table(stats), end="")
     print(f"written: {out / 'table.md'}, {out / 'table.csv'}, {out / 'results.json'}")
     if not settings.get("checkpoint"):

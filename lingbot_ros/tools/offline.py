@@ -42,8 +42,8 @@ from ..geometry import VoxelMap, frame_points, read_tum, write_atomic, write_ply
 from ..scale import ScaleConfig
 from ..session import PRESETS, FrameRejected, StreamingSession, load_session_model
 from .datasets import FORMATS, open_dataset
-from .offline_outputs import (EXIT_ENDED_EARLY, EXIT_FAILED, EXIT_INTERRUPTED, SUMMARY_FORMAT,
-                              RunState, planned_outputs)
+from .offline_outputs import (EXIT_ENDED_EARLY, EXIT_FAILED, EXIT_INTERRUPTED, SUMMARY_BEGINS,
+                              SUMMARY_FORMAT, RunState, planned_outputs)
 from .offline_snapshot import OfflineSnapshots, add_snapshot_args
 from .offline_scale import (OfflineScale, add_scale_args, parse_scale, parse_scale_params,
                             scale_config)
@@ -355,8 +355,9 @@ def run(args, model=None, state: Optional[RunState] = None) -> dict:
         summary["outputs"]["plot"] = str(out / "trajectory.png")
         state.written.append("trajectory.png")
         summary["plot_alignment"] = "se3" if metric else "sim3"
-    write_atomic(out / "summary.json",
-                 (json.dumps(summary, indent=2, default=str) + "\n").encode())
+    write_atomic(out / "summary.json",  # replaces only a summary we wrote
+                 (json.dumps(summary, indent=2, default=str) + "\n").encode(),
+                 replaces=SUMMARY_BEGINS)
     state.written.append("summary.json")
     return summary
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
-from ..geometry.atomic_file import write_atomic
+from ..geometry.atomic_file import check_replaceable, write_atomic
 from ..geometry.file_rules import FileRefused, FileRoot, kind_of
 
 __all__ = ["OurFile", "OutRefused", "check_out_folder", "check_out_file", "check_our_folder",
@@ -48,9 +48,6 @@ class OurFile:
     name: str
     begins: bytes
     mark: bytes = b""
-
-    def is_ours(self, head: bytes) -> bool:
-        return head.startswith(self.begins) and (not self.mark or self.mark in head)
 
 
 def _head(path: Path) -> bytes:
@@ -112,25 +109,19 @@ def _folder(given, what: str, folder: Optional[Path] = None) -> Path:
 
 
 def _check_file(path: Path, spec: OurFile, what: str, given) -> None:
+    """The writers' own rule (:func:`~lingbot_ros.geometry.atomic_file.check_replaceable`:
+    absent, or a regular file beginning with their header), and ``spec.mark`` besides."""
     try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    except OSError as exc:
+        check_replaceable(path, spec.begins)
+        if spec.mark and os.path.lexists(path) and spec.mark not in _head(path):
+            raise FileExistsError(errno.EEXIST, "it exists and was not written by lingbot_ros "
+                                  f"(no {spec.mark!r} in its header): not replaced")
+    except FileExistsError as exc:
+        raise OutRefused(f"{what} {given}: {spec.name}: {exc.strerror}; move it away or "
+                         f"choose another {what}", given) from None
+    except OSError as exc:  # unreadable: permissions, a file swapped meanwhile
         raise OutRefused(f"{what} {given}: {spec.name} cannot be checked: "
                          f"{exc.strerror or exc}", given) from None
-    if not stat.S_ISREG(mode):
-        raise OutRefused(f"{what} {given}: {spec.name} is {kind_of(mode)}, not a regular "
-                         "file: it is never replaced", given)
-    try:
-        head = _head(path)
-    except OSError as exc:
-        raise OutRefused(f"{what} {given}: {spec.name} cannot be read to check it: "
-                         f"{exc.strerror or exc}", given) from None
-    if not spec.is_ours(head):
-        raise OutRefused(f"{what} {given}: {spec.name} exists and was not written by "
-                         "lingbot_ros (it does not begin with our header): it would be "
-                         f"replaced; move it away or choose another {what}", given)
 
 
 def check_out_folder(given, files: Iterable[OurFile], what: str = "--out") -> Path:
@@ -170,7 +161,7 @@ def json_report_begins(tool: str) -> bytes:
 def write_json_report(path, tool: str, report: dict) -> Path:
     """``report`` as JSON (indent 2), ``"written_by": tool`` first, written atomically."""
     text = json.dumps({"written_by": tool, **report}, indent=2, default=str) + "\n"
-    return write_atomic(path, text.encode())
+    return write_atomic(path, text.encode(), replaces=json_report_begins(tool))
 
 
 def check_our_folder(given, sub: str, files: Mapping[str, OurFile],

@@ -99,7 +99,7 @@ def test_a_file_we_did_not_write_is_never_replaced(tmp_path, frames, name, flag)
     proc = run_cli(frames, "--out", out, *([flag] if flag else []), *FAST)
     lines = errors(proc)
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
-    assert f"{name} exists and was not written by lingbot_ros" in lines[0]
+    assert f"{name}: it exists and was not written by lingbot_ros" in lines[0]
     assert (out / name).read_text() == "somebody's notes\n"
     assert sorted(p.name for p in out.iterdir()) == [name]  # found BEFORE the run
 
@@ -110,11 +110,12 @@ def test_a_symlink_or_fifo_output_is_refused(tmp_path, frames):
     out.mkdir()
     os.symlink(tmp_path / "elsewhere.tum", out / "trajectory.tum")
     proc = run_cli(frames, "--out", out, *FAST)
-    assert proc.returncode == 2 and "trajectory.tum is a symlink" in errors(proc)[0]
+    assert proc.returncode == 2
+    assert "trajectory.tum: it exists and is a symlink" in errors(proc)[0]
     (out / "trajectory.tum").unlink()
     os.mkfifo(out / "summary.json")
     proc = run_cli(frames, "--out", out, *FAST, timeout=120)
-    assert proc.returncode == 2 and "summary.json is a FIFO" in errors(proc)[0]
+    assert proc.returncode == 2 and "summary.json: it exists and is a FIFO" in errors(proc)[0]
 
 
 def test_a_second_run_replaces_the_files_of_the_first(tmp_path, frames):

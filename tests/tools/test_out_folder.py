@@ -32,19 +32,19 @@ def test_files_we_wrote_pass_and_others_are_refused(tmp_path):
     write_ply(tmp_path / "points.ply", np.zeros((1, 3)), np.zeros((1, 3), np.uint8))
     check_out_folder(tmp_path, [TUM, OFFLINE_FILES["points.ply"]])
     (tmp_path / "points.ply").write_bytes(b"ply\nformat ascii 1.0\n")  # someone else's PLY
-    with pytest.raises(OutRefused, match="points.ply exists and was not written"):
+    with pytest.raises(OutRefused, match="points.ply: it exists and was not written"):
         check_out_folder(tmp_path, [TUM, OFFLINE_FILES["points.ply"]])
 
 
 def test_a_dangling_link_a_fifo_or_a_folder_in_the_way_is_refused(tmp_path):
     os.symlink(tmp_path / "nowhere", tmp_path / "trajectory.tum")
-    with pytest.raises(OutRefused, match="trajectory.tum is a symlink"):
+    with pytest.raises(OutRefused, match="trajectory.tum: it exists and is a symlink"):
         check_out_folder(tmp_path, [TUM])
     os.mkfifo(tmp_path / "summary.json")
-    with pytest.raises(OutRefused, match="summary.json is a FIFO"):  # and nothing blocks
+    with pytest.raises(OutRefused, match="summary.json: it exists and is a FIFO"):  # no block
         check_out_folder(tmp_path, [OFFLINE_FILES["summary.json"]])
     (tmp_path / "points.ply").mkdir()
-    with pytest.raises(OutRefused, match="points.ply is a folder"):
+    with pytest.raises(OutRefused, match="points.ply: it exists and is a folder"):
         check_out_folder(tmp_path, [OFFLINE_FILES["points.ply"]])
     with pytest.raises(OutRefused, match="is a FIFO, not a folder"):
         check_out_folder(tmp_path / "summary.json", [])
@@ -84,7 +84,8 @@ def test_a_bench_refuses_to_overwrite_a_file_it_did_not_write(tmp_path, module):
     target = tmp_path / "results.json"
     target.write_text('{"mine": 1}\n')
     proc = cli(module, "--out", target)
-    assert proc.returncode == 2 and "results.json exists and was not written" in proc.stderr
+    assert proc.returncode == 2
+    assert "results.json: it exists and was not written" in proc.stderr
     assert target.read_text() == '{"mine": 1}\n'
     proc = cli(module, "--out", tmp_path / "results.json" / "x.json")
     assert proc.returncode == 2 and "cannot be created" in proc.stderr
@@ -110,7 +111,7 @@ def test_eval_refuses_a_table_or_a_unit_file_it_did_not_write(tmp_path, frames):
     (out / "frames" / "all" / "notes.txt").unlink()
     (out / "table.md").write_text("my table\n")
     proc = cli(*args)
-    assert proc.returncode == 2 and "table.md exists and was not written" in proc.stderr
+    assert proc.returncode == 2 and "table.md: it exists and was not written" in proc.stderr
     assert (out / "table.md").read_text() == "my table\n"
     proc = cli("lingbot_ros.tools.eval_table", frames, "--out", "/proc/eval_out", *FAST)
     assert proc.returncode == 2 and "cannot write in /proc" in proc.stderr
@@ -126,6 +127,6 @@ def test_the_demo_refuses_an_out_holding_its_bag_before_rendering(tmp_path):
 def test_the_ros_demo_refuses_a_map_it_did_not_write_before_starting_anything(tmp_path):
     (tmp_path / "map.ply").write_text("my map\n")
     proc = cli("lingbot_ros.ros.demo", "--frames", "4", "--out", tmp_path)
-    assert proc.returncode == 2 and "map.ply exists and was not written" in proc.stderr
+    assert proc.returncode == 2 and "map.ply: it exists and was not written" in proc.stderr
     assert "rendering" not in proc.stdout and not (tmp_path / "scene_bag").exists()
     assert (tmp_path / "map.ply").read_text() == "my map\n"
