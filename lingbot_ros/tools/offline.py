@@ -20,6 +20,9 @@ converts the trajectory, the points and the evaluation once, at write time, with
 estimate (the summary then also has the SE(3) ATE in metres). Every file states its units,
 the scale source and the value in its header; a scale that never locks leaves the files in
 model units, and they and the summary say so.
+
+``--out`` is checked before the run (it replaces only files we wrote); exit 0, 2 (nothing
+run), 3 (a truncated bag: the frames before the cut), 130 (Ctrl-C): :mod:`.offline_outputs`.
 """
 from __future__ import annotations
 
