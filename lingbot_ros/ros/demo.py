@@ -84,6 +84,15 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     os.environ.update(_ros_env())  # this process talks ROS too (the probe)
     out = Path(args.out).resolve()
+    from ..geometry import PLY_HEADER, TUM_HEADER
+    from ..tools.demo import check_demo_out
+    from ..tools.out_folder import OurFile, OutRefused
+    try:  # before rendering: a new bag, and the node's saves replace only files it wrote
+        check_demo_out(out, [OurFile("trajectory.tum", (TUM_HEADER + "\n").encode()),
+                             OurFile("map.ply", PLY_HEADER)])
+    except OutRefused as exc:
+        print(f"[demo] error: {exc}", file=sys.stderr)
+        return 2
     from ..tools.synthetic import render_sequence
     from ..tools.synthetic_writers import write_bag
     print(f"[demo] rendering {args.frames} frames of a synthetic room (160x120, 30 Hz) ...")

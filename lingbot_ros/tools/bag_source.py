@@ -9,6 +9,11 @@ it iterates :class:`Frame` with strictly increasing stamps, skips bad messages b
 its :class:`SourceStats`, and raises at construction when the bag or the topic cannot exist.
 Raw images are decoded by :mod:`lingbot_ros.image_decode`, the decoder the ROS node uses too.
 
+A truncated bag (a recorder killed mid-write), which ``rosbags`` refuses whole, is read by
+:mod:`lingbot_ros.tools.bag_salvage` up to the cut; a bag that breaks while it is read ends
+there. Either way the source's ``ended_early`` says so after its frames (the offline runner
+writes their outputs, says the input ended early and exits 3).
+
 No rclpy: bags are read with ``rosbags`` (``AnyReader``: rosbag2 sqlite3 and mcap, and
 ROS 1 bags), imported lazily; compressed images are decoded with OpenCV.
 """
@@ -21,6 +26,7 @@ from typing import Iterator, Optional
 import numpy as np
 
 from ..image_decode import ImageRejected, decode_image
+from .bag_salvage import Salvage, salvage
 from .frame import Frame, FrameSource, PathLike, SkippedFrame, check_container, decode_bytes
 from .depth_stream import DepthReading, DepthStream
 
@@ -89,41 +95,90 @@ def depth_from_msg(msg) -> tuple[np.ndarray, str]:
     return (img[:, :, 0] if img.ndim == 3 else img), enc
 
 
+def _typestore():
+    from rosbags.typesys import Stores, get_typestore
+    return get_typestore(Stores.ROS2_KILTED)
+
+
 def _reader(path: Path):
     from rosbags.highlevel import AnyReader
-    from rosbags.typesys import Stores, get_typestore
-    return AnyReader([path], default_typestore=get_typestore(Stores.ROS2_KILTED))
+    return AnyReader([path], default_typestore=_typestore())
 
 
-def _deserialized(path, topic: str):
+class _Ended:
+    """In place of the next message: the bag ended before its end (``reason``)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def _corrupt(err: Exception) -> SkippedFrame:
+    return SkippedFrame("corrupt", f"cannot deserialize: {type(err).__name__}: {err}")
+
+
+def _deserialized(path, topic: str, rescue: Optional[Salvage] = None):
     """(index, bag time, message) for each message of ``topic``; a ``SkippedFrame`` in the
-    message's place when it does not deserialize (the caller counts it and goes on)."""
+    message's place when it does not deserialize (the caller counts it and goes on); last,
+    an :class:`_Ended` when the bag ended early. ``rescue``: read a truncated bag so."""
+    if rescue is not None:
+        store, n = _typestore(), 0
+        for name, msgtype, t_bag, raw in rescue.messages():
+            if name != topic:
+                continue
+            try:
+                msg = store.deserialize_cdr(raw, msgtype)
+            except Exception as err:  # rosbags raises several types on bad CDR
+                msg = _corrupt(err)
+            yield n, t_bag, msg
+            n += 1
+        if rescue.cut:
+            yield _Ended(f"bag {path} is truncated ({rescue.cut})")
+        return
     with _reader(path) as reader:
         conns = [c for c in reader.connections if c.topic == topic]
-        for n, (conn, t_bag, raw) in enumerate(reader.messages(connections=conns)):
-            try:
-                msg = reader.deserialize(raw, conn.msgtype)
-            except Exception as err:  # rosbags raises several types on bad CDR
-                msg = SkippedFrame("corrupt", f"cannot deserialize: {type(err).__name__}: {err}")
-            yield n, t_bag, msg
+        n = 0
+        try:
+            for n, (conn, t_bag, raw) in enumerate(reader.messages(connections=conns)):
+                try:
+                    msg = reader.deserialize(raw, conn.msgtype)
+                except Exception as err:  # rosbags raises several types on bad CDR
+                    msg = _corrupt(err)
+                yield n, t_bag, msg
+        except Exception as err:  # a cut or damage the bag's index did not show
+            yield _Ended(f"bag {path} broke off after message {n} of {topic}: "
+                         f"{' '.join(str(err).split()) or type(err).__name__}")
 
 
 def list_image_topics(path: PathLike) -> dict[str, str]:
     """``{topic: message type}`` of the Image / CompressedImage topics in a bag."""
-    return {topic: msgtype for topic, (msgtype, _) in _image_topics(Path(path)).items()}
+    return {topic: msgtype for topic, (msgtype, _) in _image_topics(Path(path))[0].items()}
 
 
-def _image_topics(path: Path) -> dict[str, tuple[str, int]]:
-    """``{topic: (message type, message count)}`` of the image topics (from the index)."""
+def _image_topics(path: Path) -> tuple[dict[str, tuple[str, int]], Optional[Salvage]]:
+    """``{topic: (message type, message count)}`` of the image topics (from the index), and
+    the :class:`Salvage` to read the bag with when ``rosbags`` refuses it (truncated: the
+    counts are then those of the whole messages before the cut). ValueError (one line) for
+    a bag that cannot be read at all."""
     if not path.exists():
         raise FileNotFoundError(f"bag {path} does not exist")
     topics: dict[str, tuple[str, int]] = {}
-    with _reader(path) as reader:
-        for c in reader.connections:
-            if c.msgtype in IMAGE_TYPES:
-                _, count = topics.get(c.topic, (c.msgtype, 0))
-                topics[c.topic] = (c.msgtype, count + int(c.msgcount))
-    return topics
+    try:
+        with _reader(path) as reader:
+            for c in reader.connections:
+                if c.msgtype in IMAGE_TYPES:
+                    _, count = topics.get(c.topic, (c.msgtype, 0))
+                    topics[c.topic] = (c.msgtype, count + int(c.msgcount))
+        return topics, None
+    except ImportError:
+        raise
+    except Exception as err:  # rosbags' own types: a truncated or damaged bag
+        why = " ".join(str(err).split()) or type(err).__name__
+        rescue = salvage(path)
+        found = rescue.topics() if rescue is not None else {}
+        if not found:
+            cut = f" ({rescue.cut})" if rescue is not None and rescue.cut else ""
+            raise ValueError(f"bag {path} cannot be read: {why}{cut}") from None
+    return {t: v for t, v in found.items() if v[0] in IMAGE_TYPES}, rescue
 
 
 class BagSource(FrameSource):
@@ -142,7 +197,7 @@ class BagSource(FrameSource):
         if stamps not in ("header", "bag"):
             raise ValueError(f"stamps must be 'header' or 'bag', got {stamps!r}")
         self.stamp_source = stamps
-        indexed = _image_topics(self.path)
+        indexed, self._rescue = _image_topics(self.path)
         topics = {t: m for t, (m, _) in indexed.items()}
         if topic is None:
             camera = {t: m for t, m in topics.items() if not is_depth_topic(t)}
@@ -156,6 +211,8 @@ class BagSource(FrameSource):
                              f"{self._describe(topics)}")
         self.topic, self.msgtype = topic, topics[topic]
         self.message_count = indexed[topic][1]  # from the bag's index: a progress total
+        # read up to the cut (bag_salvage): what rosbags refused
+        self.truncated = self._rescue is not None and self._rescue.cut is not None
 
     def __len__(self) -> int:
         """Messages on the topic (bad ones are skipped and counted while iterating)."""
@@ -168,7 +225,11 @@ class BagSource(FrameSource):
     def __iter__(self) -> Iterator[Frame]:
         self._restart()
         compressed = self.msgtype.endswith("CompressedImage")
-        for n, t_bag, msg in _deserialized(self.path, self.topic):
+        for item in _deserialized(self.path, self.topic, self._rescue):
+            if isinstance(item, _Ended):
+                self.ended_early = item.reason
+                break
+            n, t_bag, msg = item
             where = f"{self.topic} message {n} (t={t_bag})"
             try:
                 if isinstance(msg, SkippedFrame):
@@ -197,7 +258,7 @@ class BagDepthStream(DepthStream):
     def __init__(self, path: PathLike, topic: str) -> None:
         super().__init__()
         self.path = Path(path)
-        topics = _image_topics(self.path)
+        topics, self._rescue = _image_topics(self.path)
         if topic not in topics or topics[topic][0].endswith("CompressedImage"):
             listed = BagSource._describe({t: m for t, (m, _) in topics.items()})
             raise ValueError(f"bag {self.path} has no depth Image topic {topic!r}; image "
@@ -210,7 +271,10 @@ class BagDepthStream(DepthStream):
         self._done = False
 
     def _read(self) -> Iterator[DepthReading]:
-        for n, t_bag, msg in _deserialized(self.path, self.topic):
+        for item in _deserialized(self.path, self.topic, self._rescue):
+            if isinstance(item, _Ended):  # the colour source says so
+                return
+            n, t_bag, msg = item
             try:
                 if isinstance(msg, SkippedFrame):
                     raise msg

@@ -49,9 +49,12 @@ from .bench_scale import run_scale_bench, scale_line
 from .bench_setup import (CONFIGS, SETTINGS_WIDTHS, SETTINGS_WINDOWS, bench_images, bench_model,
                           height_for, overrides_of, percentile, precisions_of, session_config,
                           settings_config, settings_configs)
+from .out_folder import OutRefused, check_out_file, json_report_begins, write_json_report
 
 __all__ = ["main", "run_config", "steady_frame_gflops", "height_for", "settings_config",
            "settings_configs"]
+
+TOOL = "lingbot-ros-bench"  # the report's written_by
 
 
 def steady_frame_gflops(model, cfg: SessionConfig, images) -> float:
@@ -219,17 +222,22 @@ def main(argv=None) -> int:
     p.add_argument("--snapshot-repeats", type=int, default=3, help="--snapshot's repeats")
     p.add_argument("--scale-bench-frames", type=int, default=500, metavar="N",
                    help="frames of the scale estimator's CPU cost at 518x378 (0: skip)")
-    p.add_argument("--out", default="bench.json")
+    p.add_argument("--out", default="bench.json",
+                   help="the JSON report (replaces only a report of lingbot-ros-bench)")
     args = p.parse_args(argv)
+    try:  # before hours of runs: --out can be written and replaces only our report
+        check_out_file(args.out, json_report_begins(TOOL))
+    except OutRefused as exc:
+        print(f"lingbot-ros-bench: error: {exc}", file=sys.stderr)
+        return 2
     args.backend = args.backend or ("flashinfer" if args.device.startswith("cuda")
                                     else "torch_ref")
     if args.snapshot:  # the snapshot's cost only
         from .bench_snapshot import run_snapshot
         r = run_snapshot(bench_model(args, 4, args.device), args, args.device)
         print("snapshot: " + json.dumps(r), flush=True)
-        with open(args.out, "w") as f:
-            json.dump({"preset": args.preset, "torch": torch.__version__, "snapshot": r}, f,
-                      indent=2)
+        write_json_report(args.out, TOOL, {"preset": args.preset, "torch": torch.__version__,
+                                           "snapshot": r})
         return 0
     runs = []
     items = []
@@ -285,10 +293,8 @@ def main(argv=None) -> int:
             if key in r:
                 print(f"   {key}: " + ", ".join(f"{k} {v}" for k, v in r[key].items()),
                       flush=True)
-        with open(args.out, "w") as f:  # after each config: a crash keeps what was measured
-            json.dump(report, f, indent=2)
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=2)
+        write_json_report(args.out, TOOL, report)  # after each config: a crash keeps it
+    write_json_report(args.out, TOOL, report)
     print(f"wrote {args.out}")
     return 0
 

@@ -16,7 +16,6 @@ Prints a table and writes JSON (``--out``). Not a test: numbers, not assertions.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -27,6 +26,7 @@ from ..attention import make_backend
 from ..cache import PagedKVCache
 from ..cache.page_table import PageTable
 from ..config import CacheConfig
+from .out_folder import OutRefused, check_out_file, json_report_begins, write_json_report
 
 GEOMETRY = dict(page_size=972, scale_frames=8, window=64)
 BACKENDS = (  # (report name, flashinfer variant or None for torch_ref, kv_splits)
@@ -162,8 +162,15 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=2000, help="timed repetitions (default 2000)")
     p.add_argument("--frames", default="72,400,3000",
                    help="trajectory lengths of the attention timings (comma list)")
-    p.add_argument("--out", default="bench_cache.json", help="JSON output path")
+    p.add_argument("--out", default="bench_cache.json",
+                   help="JSON output path (replaces only a report of this tool)")
     args = p.parse_args(argv)
+    tool = "lingbot-ros-bench-cache"
+    try:  # before the timings: --out can be written and replaces only our report
+        check_out_file(args.out, json_report_begins(tool))
+    except OutRefused as exc:
+        print(f"{tool}: error: {exc}", file=sys.stderr)
+        return 2
     report = {"torch": torch.__version__, "bookkeeping": bench_bookkeeping(args.repeat)}
     for key, value in report["bookkeeping"].items():
         print(f"{key:<45} {value:9.1f} us")
@@ -184,8 +191,7 @@ def main(argv=None) -> int:
                 for k, v in row["dense_sdpa"].items()))
     else:
         print("no CUDA device: attention timings skipped (run on a GPU machine)")
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=2)
+    write_json_report(args.out, tool, report)
     print(f"wrote {args.out}")
     return 0
 

@@ -17,9 +17,25 @@ import logging
 import sys
 from pathlib import Path
 
+from ..geometry import TUM_HEADER
 from .offline import RANDOM_WEIGHTS_NOTICE, parse_args as offline_args, run
+from .offline_outputs import EXIT_FAILED, planned_outputs
+from .out_folder import OurFile, OutRefused, check_out_folder
 from .synthetic import render_sequence
 from .synthetic_writers import write_bag
+
+
+def check_demo_out(out, files, run_files=()) -> None:
+    """A demo's ``--out`` before it renders (this one and ``lingbot-ros-demo``): ``scene_bag``
+    absent (a new bag is recorded there), ``scene_bag.gt.tum`` and ``files`` ours,
+    ``run_files`` (the offline run's) in ``out/run``. OutRefused (one line) otherwise."""
+    gt = OurFile("scene_bag.gt.tum", (TUM_HEADER + "\n").encode())
+    check_out_folder(out, [gt, *files])
+    if (Path(out) / "scene_bag").exists() or (Path(out) / "scene_bag").is_symlink():
+        raise OutRefused(f"--out {out}: scene_bag exists; the demo records a new bag there: "
+                         "remove it or choose another --out", out)
+    if run_files:
+        check_out_folder(Path(out) / "run", run_files)
 
 
 def main(argv=None) -> int:
@@ -33,6 +49,12 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     out = Path(args.out)
+    try:  # before rendering: the bag is new, the ground truth and the run's files ours
+        run_args = offline_args([str(out / "scene_bag"), "--out", str(out / "run"), "--ply"])
+        check_demo_out(out, [], planned_outputs(run_args))
+    except OutRefused as exc:
+        logging.getLogger("lingbot_ros.demo").error("%s", exc)
+        return EXIT_FAILED
     print(f"lingbot-ros-demo: rendering {args.frames} frames of a synthetic room ...")
     seq = render_sequence(args.frames, 160, 120)
     bag = write_bag(seq, out / "scene_bag", storage="mcap")

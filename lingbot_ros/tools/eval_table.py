@@ -38,10 +38,13 @@ from ..config import KEYFRAME_POLICIES
 from ..geometry import write_atomic
 from .fleet import (Manifest, OutputTree, UnitProgress, execute_unit, input_fingerprint,
                     plan_units, run_settings, settings_digest, worker_table)
+from .fleet.manifest import FORMAT as MANIFEST_FORMAT, MANIFEST
 from .offline import (RANDOM_WEIGHTS_NOTICE, add_input_args, add_model_args,
-                      check_before_run, load_model)
+                      check_options, load_model)
 from .offline import parse_args as offline_args
+from .offline_outputs import EXIT_INTERRUPTED, OFFLINE_FILES
 from .offline_scale import add_scale_args
+from .out_folder import OurFile, check_our_folder, check_out_folder
 
 log = logging.getLogger("lingbot_ros.eval")
 
@@ -56,6 +59,13 @@ COLUMNS = (
     ("rpe_1m_trans_rmse", "RPE 1 m trans RMSE"), ("drift_pct", "drift (%)"),
     ("worker", "worker"), ("error", "note"))
 LOCAL_WORKER = "local"
+# The files lingbot-ros-eval writes at the top of OUT, by how each begins (a file there that
+# begins otherwise is not ours and is never replaced).
+EVAL_FILES = (
+    OurFile("table.md", b"| sequence | policy |"), OurFile("table.csv", b"sequence,policy,"),
+    OurFile("results.json", b'[\n  {\n    "sequence": '),
+    OurFile("workers.json", b'[\n  {\n    "worker": '),
+    OurFile(MANIFEST, b"{", b'"' + MANIFEST_FORMAT.rsplit("/", 1)[0].encode() + b"/"))
 
 
 def parse_args(argv):
@@ -127,7 +137,17 @@ def sequence_names(paths) -> list[str]:
 
 
 def row_of(sequence: str, policy: str, summary: dict) -> dict:
-    """The table's row of one run's summary (the offline runner's summary.json)."""
+    """The table's row of one run's summary (the offline runner's summary.json); its note
+    starts with the input's early end (a truncated bag) when it had one."""
+    row = _row_of(sequence, policy, summary)
+    if summary.get("input_ended_early"):
+        row["error"] = "; ".join(x for x in (f"input ended early: "
+                                             f"{summary['input_ended_early']}", row["error"])
+                                 if x)
+    return row
+
+
+def _row_of(sequence: str, policy: str, summary: dict) -> dict:
     row = {"sequence": sequence, "policy": policy,
            "frames": summary.get("frames_processed"), "keyframes": summary.get("keyframes"),
            "fps": summary.get("fps"), "error": summary.get("error"),
@@ -193,7 +213,8 @@ def main(argv=None) -> int:
                        args.snapshot_every, [fingerprints[s] for s in args.sequences])
     tree = OutputTree(out)
     try:
-        check_before_run(args)
+        check_options(args)
+        check_eval_out(args.out, units)
         tree.acquire()
     except (FileNotFoundError, ValueError, RuntimeError, OSError) as exc:
         log.error("%s", exc)
@@ -202,8 +223,21 @@ def main(argv=None) -> int:
         tree.drop_snapshots()
     try:
         return _run_all(args, units, settings, tree)
+    except KeyboardInterrupt:
+        log.error("interrupted (SIGINT): the units finished so far are in %s (manifest.json); "
+                  "the table was not written; --resume runs the others", out)
+        return EXIT_INTERRUPTED
     finally:
         tree.release()
+
+
+def check_eval_out(out, units) -> None:
+    """Before the run: OUT can be written, its files are ours, and each unit's folder (which
+    a finished unit replaces whole) holds only files a run writes, each ours. OutRefused
+    (one line) otherwise."""
+    check_out_folder(out, EVAL_FILES)
+    for unit in units:
+        check_our_folder(out, unit.key, OFFLINE_FILES)
 
 
 def _run_all(args, units, settings, tree) -> int:
@@ -282,14 +316,17 @@ def _run_all(args, units, settings, tree) -> int:
         table_results.append({"sequence": unit.name, "policy": unit.policy, "worker": worker,
                               "attempts": attempts, "summary": summary})
     table = markdown_table(rows)
-    write_atomic(out / "table.md", table.encode())
-    write_atomic(out / "table.csv", csv_table(rows).encode())
+    ours = {spec.name: spec.begins for spec in EVAL_FILES}  # replaced only if ours
+    write_atomic(out / "table.md", table.encode(), replaces=ours["table.md"])
+    write_atomic(out / "table.csv", csv_table(rows).encode(), replaces=ours["table.csv"])
     write_atomic(out / "results.json",
-                 (json.dumps(table_results, indent=2, default=str) + "\n").encode())
+                 (json.dumps(table_results, indent=2, default=str) + "\n").encode(),
+                 replaces=ours["results.json"])
     print(table, end="")
     if stats:
         write_atomic(out / "workers.json", (json.dumps([s.as_dict() for s in stats],
-                                                       indent=2) + "\n").encode())
+                                                       indent=2) + "\n").encode(),
+                     replaces=ours["workers.json"])
         print(worker_table(stats), end="")
     print(f"written: {out / 'table.md'}, {out / 'table.csv'}, {out / 'results.json'}")
     if not settings.get("checkpoint"):

@@ -107,6 +107,9 @@ class FrameSource:
     def __init__(self) -> None:
         self.stats = SourceStats()
         self._last_stamp: Optional[int] = None
+        # Why the input stopped before its end (a truncated bag), after an iteration; None
+        # when it was read to the end.
+        self.ended_early: Optional[str] = None
 
     def _emit(self, stamp_ns: int, image: np.ndarray, encoding: str,
               where: str) -> Optional[Frame]:
@@ -124,6 +127,7 @@ class FrameSource:
     def _restart(self) -> None:
         self.stats = SourceStats()
         self._last_stamp = None
+        self.ended_early = None
 
 
 def cv_encoding(img: np.ndarray) -> str:

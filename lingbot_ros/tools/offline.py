@@ -20,6 +20,9 @@ converts the trajectory, the points and the evaluation once, at write time, with
 estimate (the summary then also has the SE(3) ATE in metres). Every file states its units,
 the scale source and the value in its header; a scale that never locks leaves the files in
 model units, and they and the summary say so.
+
+``--out`` is checked before the run (it replaces only files we wrote); exit 0, 2 (nothing
+run), 3 (a truncated bag: the frames before the cut), 130 (Ctrl-C): :mod:`.offline_outputs`.
 """
 from __future__ import annotations
 
@@ -38,13 +41,16 @@ from .. import __version__
 from ..config import (ATTENTION_BACKENDS, FLASHINFER_VARIANTS, HEAD_PRECISIONS,
                       KEYFRAME_POLICIES, ROLLOVER_MODES, KeyframeConfig, PreprocessConfig,
                       SessionConfig)
-from ..geometry import VoxelMap, frame_points, read_tum, write_ply, write_tum
+from ..geometry import VoxelMap, frame_points, read_tum, write_atomic, write_ply, write_tum
 from ..scale import ScaleConfig
 from ..session import PRESETS, FrameRejected, StreamingSession, load_session_model
 from .datasets import FORMATS, open_dataset
+from .offline_outputs import (EXIT_ENDED_EARLY, EXIT_FAILED, EXIT_INTERRUPTED, SUMMARY_BEGINS,
+                              SUMMARY_FORMAT, RunState, planned_outputs)
 from .offline_snapshot import OfflineSnapshots, add_snapshot_args
 from .offline_scale import (OfflineScale, add_scale_args, parse_scale, parse_scale_params,
                             scale_config)
+from .out_folder import check_out_folder
 from .trajectory_eval import evaluate
 
 log = logging.getLogger("lingbot_ros.offline")
@@ -167,7 +173,15 @@ def session_config(args, return_depth: Optional[bool] = None) -> SessionConfig:
 
 
 def check_before_run(args) -> None:
-    """What would fail only after the whole sequence: fail now instead."""
+    """What would fail only after the whole sequence: fail now instead. ``--out``: a folder
+    we can write in (or can create), where each output is absent or one we wrote
+    (:func:`~lingbot_ros.tools.out_folder.check_out_folder`; OutRefused says why not)."""
+    check_options(args)
+    check_out_folder(args.out, planned_outputs(args))
+
+
+def check_options(args) -> None:
+    """The options that can fail a run: ``--plot``'s matplotlib, ``--gt``, ``--scale``."""
     if getattr(args, "plot", False):
         from .plot import require_matplotlib
         require_matplotlib()
@@ -215,9 +229,11 @@ def source_total(source) -> Optional[int]:
         return getattr(source, "frame_count", None) or None
 
 
-def run(args, model=None) -> dict:
+def run(args, model=None, state: Optional[RunState] = None) -> dict:
     """One sequence through a fresh session; writes the outputs and returns the summary.
-    ``model``: ``(model, random_weights)`` from :func:`load_model` (else loaded here)."""
+    ``model``: ``(model, random_weights)`` from :func:`load_model` (else loaded here);
+    ``state``: follows the run (for the line an interruption ends on)."""
+    state = state if state is not None else RunState(str(args.out))
     check_before_run(args)
     points = point_map(args)
     dataset = open_dataset(args.input, args.format, args.stamps, args.fps, args.topic,
@@ -229,12 +245,12 @@ def run(args, model=None) -> dict:
     model, random_weights = model or load_model(args)
     session = StreamingSession(model, config)
     snaps = OfflineSnapshots(args, session, points, scale)  # --resume, --save-session
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     total = source_total(source)
     if args.max_frames is not None:
         total = min(total, args.max_frames) if total is not None else args.max_frames
-    bar = _progress(total, args.no_progress, Path(args.input).name)
+    state.total, state.snapshot_dir = total, getattr(args, "save_session", None)
+    state.snapshots = snaps
+    bar = state.bar = _progress(total, args.no_progress, Path(args.input).name)
     peak = {"bytes_reserved": 0, "tokens_visible": 0}
     keyframe_flags: list[bool] = snaps.keyframe_flags
     t0 = time.perf_counter()
@@ -243,6 +259,7 @@ def run(args, model=None) -> dict:
         if args.max_frames is not None and frames_read >= args.max_frames:
             break
         frames_read += 1
+        state.frames_read, state.last_stamp_ns = frames_read, int(frame.stamp_ns)
         if snaps.skip(frames_read, frame):
             continue
         try:
@@ -261,8 +278,13 @@ def run(args, model=None) -> dict:
                 peak[key] = max(peak[key], cache[key])
         if bar is not None:
             bar.update(1)
+        state.saving(frames_read)
         snaps.after_frame(frames_read, frame, keyframe_flags)
+    state.saving(frames_read)
     snaps.finish(frames_read, keyframe_flags)
+    state.writing = True
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)  # created now: an interrupted run leaves no trace
     wall = time.perf_counter() - t0
     if bar is not None:
         bar.close()
@@ -272,6 +294,7 @@ def run(args, model=None) -> dict:
     # results are the trajectory's poses.
     keyframe_flags = keyframe_flags[len(keyframe_flags) - len(stamps):]
     summary = {
+        "summary_format": SUMMARY_FORMAT,  # first: how a summary is recognised as ours
         "input": str(args.input), "format": dataset.format, "dataset": dataset.description,
         "version": __version__, "random_weights": random_weights,
         "checkpoint": checkpoint_identity(args.checkpoint),
@@ -287,6 +310,7 @@ def run(args, model=None) -> dict:
         "stamps": stamp_range(stamps), "trajectory_frame": "camera_optical in world = the "
         f"first frame's camera_optical (OpenCV axes); {scale.units}",
         "scale": scale.summary(), "outputs": {}, "snapshot": snaps.summary(),
+        "input_ended_early": getattr(source, "ended_early", None),
     }
     # Converted once, here, with the final estimate (all frames, also those before the lock).
     header = scale.header_lines()
@@ -297,11 +321,13 @@ def run(args, model=None) -> dict:
     poses = scale.poses(poses)
     summary["outputs"]["trajectory"] = str(write_tum(out / "trajectory.tum", stamps, poses,
                                                      frame=TRAJECTORY_FRAME, header=header))
+    state.written.append("trajectory.tum")
     gt = _ground_truth(args, dataset)
     metric = scale.factor is not None
     if gt is not None:
         summary["outputs"]["ground_truth"] = str(write_tum(out / "groundtruth.tum", *gt,
                                                            frame=GT_FRAME, header=GT_UNITS))
+        state.written.append("groundtruth.tum")
         summary["evaluation"] = evaluate(stamps, poses, gt[0], gt[1],
                                          max_diff_ns=round(args.max_diff * 1e9),
                                          offset_ns=round(args.offset * 1e9), metric=metric)
@@ -309,6 +335,7 @@ def run(args, model=None) -> dict:
         xyz, rgb = points.arrays()
         xyz = scale.points(xyz)
         write_ply(out / "points.ply", xyz, rgb, comments=header)
+        state.written.append("points.ply")
         summary["outputs"]["points"] = str(out / "points.ply")
         summary["num_points"] = int(len(xyz))
         summary["point_map"] = {"units": scale.units,
@@ -329,8 +356,12 @@ def run(args, model=None) -> dict:
                         offset_ns=round(args.offset * 1e9),
                         align="se3" if metric else "sim3", units=scale.units)
         summary["outputs"]["plot"] = str(out / "trajectory.png")
+        state.written.append("trajectory.png")
         summary["plot_alignment"] = "se3" if metric else "sim3"
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    write_atomic(out / "summary.json",  # replaces only a summary we wrote
+                 (json.dumps(summary, indent=2, default=str) + "\n").encode(),
+                 replaces=SUMMARY_BEGINS)
+    state.written.append("summary.json")
     return summary
 
 
@@ -384,11 +415,15 @@ def stamp_range(stamps: np.ndarray) -> dict:
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
+    state = RunState(str(args.out))
     try:
-        summary = run(args)
-    except (FileNotFoundError, ValueError, RuntimeError) as exc:
-        log.error("%s", exc)
-        return 2
+        summary = run(args, state=state)
+    except KeyboardInterrupt:
+        log.error("%s", state.interrupted())
+        return EXIT_INTERRUPTED
+    except (OSError, ValueError, RuntimeError) as exc:  # OSError: FileRefused, OutRefused...
+        log.error("%s", state.failed(_one_line(exc)))
+        return EXIT_FAILED
     print(json.dumps({k: summary[k] for k in ("frames_read", "frames_processed", "keyframes",
                                              "rollovers", "fps", "outputs")}, default=str))
     print(json.dumps({"scale": {k: summary["scale"][k] for k in
@@ -398,7 +433,16 @@ def main(argv=None) -> int:
         print(json.dumps({"evaluation": evaluation}, default=str))
     if summary["random_weights"]:
         log.warning(RANDOM_WEIGHTS_NOTICE)
+    if summary["input_ended_early"]:
+        log.error("the input ended early: %s; the outputs cover the %d frames read",
+                  summary["input_ended_early"], summary["frames_read"])
+        return EXIT_ENDED_EARLY
     return 0
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error's message on one line (its type's name when it has none)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 if __name__ == "__main__":

@@ -38,6 +38,8 @@ __all__ = ["require_matplotlib", "plot_evaluation", "plot_data", "PlotData", "Vi
            "view_axes", "MATPLOTLIB_HINT"]
 
 MATPLOTLIB_HINT = "--plot needs matplotlib: pip install matplotlib"
+# The PNG's Software text: how a plot is recognised as ours (--out never replaces another file)
+PNG_SOFTWARE = "lingbot_ros"
 SNAP_DEG = 25.0  # snap PCA views to the world axes when the motion normal is this close
 FLAT, MIN_HALF = 0.2, 0.05  # side view: height < FLAT x width is stretched, to >= 2 MIN_HALF
 _NAMES = ("x", "y", "z")
@@ -324,7 +326,7 @@ def plot_evaluation(path, est_stamps, est_poses, gt_stamps=None, gt_poses=None,
             heading += f"\n(the estimate {data.alignment_label}, in the ground truth's world)"
         fig.suptitle(heading, fontsize=12)
         fig.tight_layout()
-        fig.savefig(path, dpi=dpi)
+        fig.savefig(path, dpi=dpi, metadata={"Software": PNG_SOFTWARE})
     finally:
         plt.close(fig)
     return data

@@ -91,3 +91,12 @@ def test_with_a_scale_the_table_has_the_se3_ate_in_metres(tmp_path, sequences):
     scaled = run_settings(parse_args([str(sequences[0]), "--scale", "fixed:0.5"]))
     assert scaled["scale"] == "fixed:0.5" and plain["scale"] == "none"
     assert settings_digest(plain) != settings_digest(scaled)
+
+
+def test_a_unit_whose_input_ended_early_says_so_in_its_note():
+    from lingbot_ros.tools.eval_table import row_of
+    row = row_of("rec", "all", {"input_ended_early": "bag rec is truncated (rec_0.mcap: the "
+                                "MCAP file ends inside a record)", "frames_processed": 9})
+    assert row["error"].startswith("input ended early: bag rec is truncated")
+    assert row["error"].endswith("; no ground truth") and row["frames"] == 9
+    assert row_of("rec", "all", {})["error"] == "no ground truth"

@@ -43,6 +43,8 @@ def open_bag(path: Path, *, stamps: str = "auto", fps: float = 30.0,
     source = BagSource(path, topic, "header" if stamps == "auto" else stamps)
     how = "header stamps" if source.stamp_source == "header" else "record times"
     desc = f"bag {path.name}: topic {source.topic} ({source.msgtype}), {how}"
+    if source.truncated:
+        desc += f", TRUNCATED: the {len(source)} whole messages before the cut are read"
     if depth_topic is None and DEFAULT_DEPTH_TOPIC in list_image_topics(path):
         depth_topic = DEFAULT_DEPTH_TOPIC
     depth = BagDepthStream(path, depth_topic) if depth_topic else None
