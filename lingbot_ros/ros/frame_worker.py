@@ -34,7 +34,7 @@ from .frame_queue import FrameQueue
 from .messages import ns_to_stamp, stamp_to_ns
 from .pending_frames import PendingFrame, PendingFrames
 from .robot_frames import RobotFrames, extrinsic_summary
-from .session_snapshot import check_scale, restore_scale, start_save
+from .session_snapshot import SnapshotJob, check_scale, restore_scale, take_state
 from .stream_scale import StreamScale
 from .telemetry import NodeTelemetry
 
@@ -142,20 +142,23 @@ class FrameWorker:
             self._no_reset_waiting.set()
         return dropped
 
-    def save_session(self, path, node_state=None, extra=None):
-        """~/save_session: taken between two frames like a reset (the frame in flight is
-        published first, then the stream is copied to the host: all the worker waits for);
-        returns the ``SnapshotJob`` writing it in the background. ``node_state``: a callable
-        giving the outputs' own state; the scale estimate is saved with it. ``SnapshotError``
-        if it cannot be taken."""
-        self._no_reset_waiting.clear()
-        try:
-            with self._lock:
-                self._publish_in_flight()
-                state = node_state() if node_state is not None else None
-                return start_save(self._session, path, state, extra, scale=self._scale)
-        finally:
-            self._no_reset_waiting.set()
+    def save_session(self, path, node_state=None, extra=None) -> SnapshotJob:
+        """~/save_session: the returned ``SnapshotJob`` takes the stream on its own thread
+        between two frames like a reset (the frame in flight is published first, then the
+        stream is copied to the host: all the worker waits for), then writes it; the caller
+        never waits for either. ``node_state``: a callable giving the outputs' own state;
+        the scale estimate is saved with it. A stream that cannot be taken fails the job
+        (``SnapshotError``'s reason)."""
+        def take():
+            self._no_reset_waiting.clear()
+            try:
+                with self._lock:
+                    self._publish_in_flight()
+                    state = node_state() if node_state is not None else None
+                    return take_state(self._session, state, extra, scale=self._scale)
+            finally:
+                self._no_reset_waiting.set()
+        return SnapshotJob(take, path)
 
     def load_session(self, path, load_node_state=None) -> dict:
         """~/load_session: replace the stream by the snapshot at ``path`` between two frames
@@ -226,6 +229,7 @@ class FrameWorker:
                 if not self._alive():
                     return  # Ctrl-C shut the context down under us: main() releases the rest
                 self._unexpected(exc)
+                self._stop.wait(0.01)  # an error that repeats every turn never spins a core
         try:
             self.finish()
         except Exception:  # noqa: BLE001 -- the context went down meanwhile (Ctrl-C)

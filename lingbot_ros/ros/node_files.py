@@ -12,6 +12,8 @@ directory's. The writers add their own rule: an existing file is replaced only i
 ours (``write_atomic(replaces=...)``), a snapshot folder only if it is a snapshot.
 
 No rclpy here: the rules are plain functions of the settings and the file system.
+At configure the leftovers of a killed save to ``session.save_on_shutdown`` are removed
+(``sweep_stale``: our marker, no save holding them).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from ..geometry.file_rules import FileRefused, FileRoot, kind_of
+from ..session import sweep_stale
 
 if TYPE_CHECKING:
     from .params import Settings
@@ -108,7 +111,8 @@ def check_snapshot_paths(settings: Settings, files: FileRoot) -> tuple[Settings,
     (naming the parameter, with the reason) for a path outside the root, a ``resume_from``
     with no snapshot folder there (with ``session.resume_if_present`` nothing there starts
     a new stream instead: a note says so), or a ``save_on_shutdown`` whose folder does not
-    exist or cannot be written. Called at configure, before the model is loaded."""
+    exist or cannot be written; the temporary folders a killed save to ``save_on_shutdown``
+    left are removed (a note each). Called at configure, before the model is loaded."""
     notes: list[str] = []
     resume, save = settings.resume_from, settings.save_on_shutdown
     if resume:
@@ -141,6 +145,9 @@ def check_snapshot_paths(settings: Settings, files: FileRoot) -> tuple[Settings,
             raise ValueError(f"parameter 'session.save_on_shutdown': its folder "
                              f"{target.parent} is not writable by the node")
         save = str(target)
+        for folder in sweep_stale(target):  # a save killed midway (ours: marker, no lock)
+            notes.append(f"session.save_on_shutdown: removed {folder}, left by a save that "
+                         "did not finish")
     return dataclasses.replace(settings, resume_from=resume, save_on_shutdown=save), notes
 
 

@@ -2,12 +2,13 @@
 ``session.resume_from`` and ``session.save_on_shutdown`` (docs/node.md, Resume after a
 restart).
 
-A save is taken by the worker between two frames, like a reset: the frame in flight is
-published first, then the stream's state is copied to the host (``snapshot_state``: the only
-time the worker is held); the files are written by a background thread (``SnapshotJob``),
-and the service answers once they are on disk. The service callback is a coroutine that
-awaits the job (``wait_done``): the node's one executor thread takes images, ticks
-/diagnostics and answers other services while the files are written.
+A save is taken between two frames, like a reset: the frame in flight is published first,
+then the stream's state is copied to the host (``snapshot_state``: the only time the worker
+is held), then the files are written. Both run on the job's own thread (``SnapshotJob``),
+and the service answers once the files are on disk. The service callback is a coroutine that
+awaits the job (``wait_done``): the node's one executor thread takes images into the queue,
+ticks /diagnostics and answers other services meanwhile (at the released size the copy
+alone is hundreds of MB to GB: the executor never waits for it).
 
 The node's own state (the voxel map of ~/map_points, the ~/path history) and the stream's
 scale estimate (``StreamScale.state_dict``, key ``scale``) go into the same directory
@@ -27,53 +28,67 @@ the outputs load them at activate (``load_pending``).
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
 from ..session import SnapshotError, read_manifest, write_snapshot
 
-__all__ = ["SnapshotJob", "wait_done", "start_save", "node_state", "load_node_state",
+__all__ = ["SnapshotJob", "wait_done", "take_state", "start_save", "node_state",
+           "load_node_state",
            "SnapshotError", "scale_state", "check_scale", "restore_scale", "NodeSnapshots"]
 
 SCALE_KEY = "scale"  # front_end_state[SCALE_KEY]: StreamScale.state_dict()
 
 
 class SnapshotJob:
-    """A snapshot being written in the background; ``wait`` gives (success, message, bytes,
-    frames). ``add_done_callback`` runs a function once it is written (in the writing
-    thread, or at once if it is done): the service awaits that, never blocking the executor
-    (``wait_done``). ``SnapshotJob.refused(message)``: one that failed before it began."""
+    """A snapshot being taken and written in the background; ``wait`` gives (success,
+    message, bytes, frames). ``take()`` runs first on the job's thread and returns the host
+    copy (``take_state``); the files are written after it. ``add_done_callback`` runs a
+    function once it is written (in the job's thread, or at once if it is done): the service
+    awaits that, never blocking the executor (``wait_done``). ``SnapshotJob.refused(message)``:
+    one that failed before it began."""
 
-    def __init__(self, data, path: Path, frames: int, blocked_ms: float) -> None:
-        self.path, self.frames, self.blocked_ms = Path(path), frames, blocked_ms
-        self.nbytes = 0
+    def __init__(self, take: Optional[Callable[[], tuple]], path) -> None:
+        self.path = Path(path)
+        self.frames, self.blocked_ms, self.nbytes = 0, 0.0, 0
         self.error: Optional[str] = None
         self._done = threading.Event()
         self._lock = threading.Lock()
         self._callbacks: list = []
-        if data is None:  # refused
+        if take is None:  # refused
             return
-        self._thread = threading.Thread(target=self._write, args=(data,),
+        self._thread = threading.Thread(target=self._run, args=(take,),
                                         name="lingbot_snapshot", daemon=True)
         self._thread.start()
 
     @classmethod
     def refused(cls, path, message: str) -> "SnapshotJob":
-        job = cls(None, path, 0, 0.0)
+        job = cls(None, path)
         job.error = message
         job._finish()
         return job
 
-    def _write(self, data) -> None:
+    def _run(self, take) -> None:
         try:
-            _, self.nbytes = write_snapshot(data, self.path)
-        except (OSError, ValueError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            self.error = f"cannot write {self.path}: {reason}"
-        except Exception as exc:  # noqa: BLE001 -- answered, never a dead thread
-            self.error = f"cannot write {self.path}: {type(exc).__name__}: {exc}"
+            try:
+                data, self.blocked_ms = take()
+            except SnapshotError as exc:
+                self.error = str(exc)
+                return
+            except Exception as exc:  # noqa: BLE001 -- answered, never a dead thread
+                self.error = f"cannot take the stream: {type(exc).__name__}: {exc}"
+                return
+            self.frames = int(data.manifest["frames_processed"])
+            try:
+                _, self.nbytes = write_snapshot(data, self.path)
+            except (OSError, ValueError) as exc:
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                self.error = f"cannot write {self.path}: {reason}"
+            except Exception as exc:  # noqa: BLE001 -- answered, never a dead thread
+                self.error = f"cannot write {self.path}: {type(exc).__name__}: {exc}"
         finally:
             self._finish()
 
@@ -123,18 +138,23 @@ async def wait_done(job: SnapshotJob, executor) -> tuple[bool, str, int, int]:
     return job.wait(0)
 
 
-def start_save(session, path, front_end_state: Optional[dict] = None,
-               extra: Optional[dict] = None, scale=None) -> SnapshotJob:
-    """Copy the stream to the host now (between frames: the caller holds the worker) and
-    write it in the background. ``scale``: the stream's ``StreamScale`` (its estimate is
-    saved with the node's state). ``SnapshotError`` if the session is mid-frame."""
-    import time
+def take_state(session, front_end_state: Optional[dict] = None,
+               extra: Optional[dict] = None, scale=None) -> tuple:
+    """(the stream's host copy, the ms it took): call it between frames (the caller holds
+    the worker). ``scale``: the stream's ``StreamScale`` (its estimate is saved with the
+    node's state). ``SnapshotError`` if the session is mid-frame."""
     t0 = time.perf_counter()
     if scale is not None:
         front_end_state = dict(front_end_state or {}, **{SCALE_KEY: scale.state_dict()})
     data = session.snapshot_state(extra=extra, front_end_state=front_end_state)
-    blocked_ms = (time.perf_counter() - t0) * 1e3
-    return SnapshotJob(data, path, int(data.manifest["frames_processed"]), blocked_ms)
+    return data, (time.perf_counter() - t0) * 1e3
+
+
+def start_save(session, path, front_end_state: Optional[dict] = None,
+               extra: Optional[dict] = None, scale=None) -> SnapshotJob:
+    """Take (``take_state``) and write the stream of an idle ``session`` (no worker) in the
+    background."""
+    return SnapshotJob(lambda: take_state(session, front_end_state, extra, scale), path)
 
 
 def node_state(voxel_map=None, path_records: Optional[np.ndarray] = None) -> dict:
@@ -257,18 +277,14 @@ class NodeSnapshots:
 
     # -- services -----------------------------------------------------------------------------
     def save(self, path) -> SnapshotJob:
-        """~/save_session: the stream is copied to the host now (between frames), the files
+        """~/save_session: the stream is copied to the host (between frames) and the files
         are written by the returned job's thread (``wait_done`` awaits it without blocking
         the executor); a refusal is a job already failed."""
         node = self._node
         session, worker, outputs = node.session, node.worker, node.outputs
-        try:
-            if worker is not None:
-                return worker.save_session(path, outputs.node_state if outputs else None)
-            # inactive: nothing in flight (published on stopping)
-            return start_save(session, path, scale=node.scale)
-        except SnapshotError as exc:
-            return SnapshotJob.refused(path, str(exc))
+        if worker is not None:
+            return worker.save_session(path, outputs.node_state if outputs else None)
+        return start_save(session, path, scale=node.scale)  # inactive: nothing in flight
 
     def load(self, path) -> tuple[bool, str, int]:
         """~/load_session: (success, message, frames)."""

@@ -10,6 +10,7 @@ from .segments import AnchorFrame, Rollover, Segments
 from .session import Outcome, StreamingSession
 from .snapshot import (SnapshotData, SnapshotError, model_origin, read_manifest,
                        write_snapshot)
+from .snapshot_files import sweep_stale
 from .stats import LatencyWindow
 from .step_txn import StepTxn
 from .stream_runner import StreamRunner, fast_path_of
@@ -21,4 +22,4 @@ __all__ = ["StepKind", "PRESETS", "load_session_model", "open_session", "warm_up
            "LatencyWindow", "StepTxn", "StreamRunner", "fast_path_of", "FrameFailed",
            "FrameRejected", "FrameResult", "SnapshotData", "SnapshotError", "model_origin",
            "read_manifest",
-           "write_snapshot"]
+           "write_snapshot", "sweep_stale"]

@@ -85,6 +85,22 @@ def test_a_first_boot_resumes_only_if_present(root):
         check_snapshot_paths(settings(**both, session__resume_if_present=True), root)
 
 
+def test_configure_removes_what_a_killed_save_to_save_on_shutdown_left(root):
+    """A save killed midway leaves its temporary folder (our name, our marker, no lock):
+    configure removes it and says so; a folder of our name without our marker stays."""
+    left = root.root / ".s.snap.0123456789ab.tmp"
+    left.mkdir()
+    (left / "lingbot_ros_snapshot").write_text("lingbot_ros.stream_snapshot 2\nwriting\n")
+    (left / "kv_cache.safetensors").write_bytes(b"partial")
+    foreign = root.root / ".s.snap.ba9876543210.tmp"
+    foreign.mkdir()
+    (foreign / "keep").write_text("x")
+    s, notes = check_snapshot_paths(settings(session__save_on_shutdown="s.snap"), root)
+    assert not left.exists() and (foreign / "keep").exists()
+    assert len(notes) == 1 and f"removed {left}" in notes[0]
+    assert check_snapshot_paths(settings(session__save_on_shutdown="s.snap"), root)[1] == []
+
+
 @pytest.mark.parametrize("save, says", [
     ("missing/s.snap", "its folder .*missing does not exist"),
     ("../s.snap", "outside files.root"), ("/tmp/s.snap", "outside files.root"),
