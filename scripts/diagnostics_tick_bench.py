@@ -67,21 +67,6 @@ def static_tf(stamp_msg):
     return TFMessage(transforms=out)
 
 
-def gc_calls(call) -> list[str]:
-    """The gc module's functions ``call()`` runs (seen by the profiler)."""
-    called: list[str] = []
-
-    def profile(frame, event, arg):
-        if event == "c_call" and getattr(arg, "__module__", None) == "gc":
-            called.append(arg.__name__)
-    sys.setprofile(profile)
-    try:
-        call()
-    finally:
-        sys.setprofile(None)
-    return called
-
-
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
@@ -111,6 +96,7 @@ def main(argv=None) -> int:
     from lingbot_ros.model import GCTModel
     from lingbot_ros.model.presets import preset_config
     from lingbot_ros.ros.convert import array_to_image
+    from lingbot_ros.ros.gc_pauses import gc_functions_called
     from lingbot_ros.ros.node import LingbotNode
     from lingbot_ros.tools.synthetic import render_sequence
     from std_msgs.msg import Header
@@ -164,7 +150,7 @@ def main(argv=None) -> int:
             t1, c1 = time.perf_counter(), time.thread_time()
             times.append((t1 - t0) * 1e3)
             cpu.append((c1 - c0) * 1e3)
-        calls = gc_calls(tick)
+        calls = gc_functions_called(tick)
         if args.profile:
             import cProfile
             import pstats

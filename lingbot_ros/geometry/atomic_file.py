@@ -87,7 +87,8 @@ def write_atomic(path: PathLike, data: bytes, replaces: Optional[bytes] = None) 
             os.fsync(fd)
         finally:
             os.close(fd)
-        check_replaceable(path, replaces)  # again last, just before the rename: the narrowest window
+        # again last, just before the rename: the narrowest window
+        check_replaceable(path, replaces)
         os.replace(tmp, path)
     except BaseException:
         try:

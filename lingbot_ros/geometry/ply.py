@@ -31,8 +31,8 @@ def write_ply(path: PathLike, xyz, rgb, comments: Sequence[str] = ()) -> Path:
 
     Atomic and never through a link: see :func:`write_atomic`. The file starts with
     ``PLY_HEADER``; an existing target is replaced only if it is a regular file that starts
-    with it too (one we wrote): anything else is refused with FileExistsError. Raises ValueError for wrong shapes or
-    dtypes and for coordinates that are not finite as float32 (PLY readers choke on them).
+    with it too (one we wrote): anything else is refused with FileExistsError. Raises
+    ValueError for wrong shapes or dtypes and for coordinates that are not finite as float32 (PLY readers choke on them).
     ``comments``: header ``comment`` lines (e.g. ``units: m``), ASCII, one line each."""
     for c in comments:
         if not str(c).isascii() or "\n" in str(c) or "\r" in str(c):

@@ -24,11 +24,12 @@ frozen object (~17 ms with the GIL held over a built session), so ``describe()``
 from __future__ import annotations
 
 import gc
+import sys
 import time
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
-__all__ = ["GcPauses"]
+__all__ = ["GcPauses", "gc_functions_called"]
 
 
 class GcPauses:
@@ -102,3 +103,20 @@ class GcPauses:
                 "gc_full_pause_max_ms": -1.0 if longest is None else longest,
                 "gc_full_pause_total_ms": total,
                 "gc_frozen_objects": self._frozen}
+
+
+def gc_functions_called(call) -> list[str]:
+    """The gc module's functions that ``call()`` ran, seen by the profiler (a real call
+    observed, nothing replaced): the check that a diagnostics tick walks no heap
+    (tests/ros/test_gc_pauses.py, scripts/diagnostics_tick_bench.py)."""
+    called: list[str] = []
+
+    def profile(frame, event, arg):
+        if event == "c_call" and getattr(arg, "__module__", None) == "gc":
+            called.append(arg.__name__)
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return called

@@ -113,6 +113,9 @@ class SnapshotJob:
     def wait(self, timeout: Optional[float] = None) -> tuple[bool, str, int, int]:
         if not self._done.wait(timeout):
             return False, f"{self.path}: still being written after {timeout} s", 0, 0
+        thread = getattr(self, "_thread", None)
+        if timeout is None and thread is not None and thread is not threading.current_thread():
+            thread.join()  # gone, not only done: a node exiting after it leaves no thread behind
         if self.error is not None:
             return False, self.error, 0, self.frames
         return (True, f"wrote the stream ({self.frames} frames, {self.nbytes / 2**20:.1f} MiB;"

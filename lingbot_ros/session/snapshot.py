@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
 from .snapshot_files import (FORMAT, FORMAT_VERSION, MANIFEST, NotReplaced, SnapshotError,
-                             TempFolder, check_replaceable, read_marked_manifest,
+                             TempFolder, check_replaceable, fsync_dir, read_marked_manifest,
                              read_snapshot_file, sweep_stale, write_new_file)
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "SnapshotError", "NotReplaced", "SnapshotData",
@@ -215,19 +214,11 @@ def write_snapshot(data: SnapshotData, path) -> tuple[Path, int]:
         total += tmp.seal(hashlib.sha256(blob).hexdigest())
         old = tmp.install(kind)
     try:
-        _fsync_dir(parent)
+        fsync_dir(parent)
     finally:
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     return path, total
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def read_manifest(path) -> dict:

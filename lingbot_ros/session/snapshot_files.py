@@ -44,7 +44,7 @@ from typing import Optional
 from ..geometry.file_rules import FileRefused, kind_of, read_regular
 
 __all__ = ["SnapshotError", "NotReplaced", "MARKER", "MANIFEST", "FORMAT", "FORMAT_VERSION",
-           "check_replaceable", "sweep_stale", "TempFolder", "read_marked_manifest",
+           "check_replaceable", "sweep_stale", "fsync_dir", "TempFolder", "read_marked_manifest",
            "read_snapshot_file", "exchange_supported"]
 
 FORMAT = "lingbot_ros.stream_snapshot"
@@ -294,7 +294,8 @@ def exchange_supported(folder: Path) -> bool:
         shutil.rmtree(b, ignore_errors=True)
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """fsync the folder ``path`` (its entries: a rename in it is durable)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -342,7 +343,7 @@ class TempFolder:
         new, text = self.path / f"{MARKER}.new", _marker_text(manifest_sha256)
         write_new_file(new, text)
         os.replace(new, self.path / MARKER)
-        _fsync_dir(self.path)
+        fsync_dir(self.path)
         return len(text)
 
     def install(self, kind: str) -> Optional[Path]:

@@ -10,9 +10,9 @@ atomically). ``--resume DIR`` restores one before the first frame: the input fra
 read are skipped (read, not processed; the digests of the first of them -- pixels and stamps,
 ``session/fingerprint.py`` -- must be the snapshot's fingerprint of its input, and the last
 one's stamp the snapshot's, else the run stops: another recording), so the trajectory
-continues bit-identically (on the CPU) and ``trajectory.tum`` equals that of one uninterrupted run. The run's own accumulators are in
-the snapshot too (``front_end_state``): ``--scale``'s estimate (``OfflineScale.state_dict``)
-and, with ``--ply``, the point map (``VoxelMap.state_dict``), so ``points.ply`` and the scale
+continues bit-identically (on the CPU) and ``trajectory.tum`` equals that of one
+uninterrupted run. The run's own accumulators are in the snapshot too
+(``front_end_state``): ``--scale``'s estimate (``OfflineScale.state_dict``) and, with ``--ply``, the point map (``VoxelMap.state_dict``), so ``points.ply`` and the scale
 (and every file it converts) equal those of one run as well. ``--resume`` refuses a snapshot
 made under another ``--scale`` (or other ``--scale-param`` estimate settings), ``--ply``
 from a snapshot saved without it, and other ``--ply-voxel``, ``--ply-max-points``,

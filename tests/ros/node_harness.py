@@ -199,7 +199,8 @@ class Probe(BackgroundNode):
         from std_srvs.srv import Trigger
 
         from lingbot_ros_interfaces.msg import CacheInfo, TrackingStatus
-        from lingbot_ros_interfaces.srv import GetCacheInfo, SaveTrajectory
+        from lingbot_ros_interfaces.srv import (GetCacheInfo, LoadSession, SaveSession,
+                                               SaveTrajectory)
 
         reliable = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
         latched = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
@@ -219,6 +220,8 @@ class Probe(BackgroundNode):
             "reset": node.create_client(Trigger, f"{n}/reset"),
             "get_cache_info": node.create_client(GetCacheInfo, f"{n}/get_cache_info"),
             "save_trajectory": node.create_client(SaveTrajectory, f"{n}/save_trajectory"),
+            "save_session": node.create_client(SaveSession, f"{n}/save_session"),
+            "load_session": node.create_client(LoadSession, f"{n}/load_session"),
         }
         self.image_pub = node.create_publisher(
             Image, self._image_topic, QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE))
@@ -276,6 +279,16 @@ class Probe(BackgroundNode):
             time.sleep(interval)
 
     # -- services --------------------------------------------------------------------------------
+    def save_session(self, path, timeout: float = 60.0):
+        """~/save_session of ``path`` (str or Path): the response."""
+        client = self.clients["save_session"]
+        return self.call("save_session", client.srv_type.Request(path=str(path)), timeout)
+
+    def load_session(self, path, timeout: float = 60.0):
+        """~/load_session of ``path`` (str or Path): the response."""
+        client = self.clients["load_session"]
+        return self.call("load_session", client.srv_type.Request(path=str(path)), timeout)
+
     def call(self, name: str, request=None, timeout: float = 30.0):
         """Call one of ``self.clients`` and return its response (fails the test on timeout).
 

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import gc
-import sys
 import threading
 
 import pytest
 
-from lingbot_ros.ros.gc_pauses import GcPauses
+from lingbot_ros.ros.gc_pauses import GcPauses, gc_functions_called
 
 
 @pytest.fixture
@@ -80,22 +79,6 @@ def test_install_is_idempotent_and_uninstall_stops_counting():
     assert len(gc.callbacks) == before
     gc.collect()
     assert p.describe()["gc_full_collections"] == 1  # the figures so far stay readable
-
-
-def gc_functions_called(call) -> list[str]:
-    """The gc module's functions that ``call()`` ran (seen by the profiler: a real call
-    observed, nothing replaced)."""
-    called: list[str] = []
-
-    def profile(frame, event, arg):
-        if event == "c_call" and getattr(arg, "__module__", None) == "gc":
-            called.append(arg.__name__)
-    sys.setprofile(profile)
-    try:
-        call()
-    finally:
-        sys.setprofile(None)
-    return called
 
 
 def test_freeze_counts_the_frozen_objects_and_unfreeze_gives_them_back(pauses):

@@ -1,10 +1,10 @@
 """Hostile requests over DDS: one real node, every service called with bad paths and requests
 (empty, '/', '..', '../../etc/passwd', an absolute path outside files.root, a FIFO, a folder,
 a symlink out of the root, a symlink to a 2 GiB sparse file, a symlink loop, a 10 kB path,
-a 300-byte name, a NUL byte, a file the node did not write; for ~/load_session also snapshot folders whose manifest.json is
-a folder, a FIFO or a link to the 2 GiB file, or whose tensor file is a folder). The node
-stays up, answers each within 5 s
-with success=false and a reason, changes no file, and keeps tracking: images published
+a 300-byte name, a NUL byte, a file the node did not write; for ~/load_session also snapshot
+folders whose manifest.json is a folder, a FIFO or a link to the 2 GiB file, or whose tensor
+file is a folder). The node stays up, answers each within 5 s with success=false and a
+reason, changes no file, and keeps tracking: images published
 between the batches and after them give poses. ~/pause, ~/get_cache_info and ~/reset take no
 path: they are called in between and must answer too. A good snapshot loads after all the
 failed loads.

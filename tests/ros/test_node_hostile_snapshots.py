@@ -19,15 +19,6 @@ from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
 BIG = 2 << 30  # bytes: a sparse 2 GiB file
 
 
-class SessionProbe(Probe):
-    def setup(self, node) -> None:
-        super().setup(node)
-        from lingbot_ros_interfaces.srv import LoadSession, SaveSession
-        n = self._node_name
-        self.clients["save_session"] = node.create_client(SaveSession, f"{n}/save_session")
-        self.clients["load_session"] = node.create_client(LoadSession, f"{n}/load_session")
-
-
 def _hostile(tmp_path, good):
     """name -> (snapshot folder, what the refusal must say)."""
     big = tmp_path / "big.bin"
@@ -70,7 +61,7 @@ def test_hostile_snapshots_are_refused_and_the_node_goes_on(tmp_path, ros_env):
     from lingbot_ros_interfaces.srv import LoadSession, SaveSession
     images = good_images(8)
     with NodeProcess(ros_env, tmp_path, {"qos.image": "reliable", "queue_size": 20}) as node, \
-            SessionProbe() as probe:
+            Probe() as probe:
         probe.wait_active(node)
         for msg in images[:4]:
             probe.wait_for_image_subscriber()

@@ -20,23 +20,6 @@ PARAMS = {"qos.image": "reliable", "qos.image_depth": 100, "queue_size": 100,
           "publish.diagnostics_rate_hz": 5.0}
 
 
-class SessionProbe(Probe):
-    def setup(self, node) -> None:
-        super().setup(node)
-        from lingbot_ros_interfaces.srv import LoadSession, SaveSession
-        n = self._node_name
-        self.clients["save_session"] = node.create_client(SaveSession, f"{n}/save_session")
-        self.clients["load_session"] = node.create_client(LoadSession, f"{n}/load_session")
-
-    def save(self, path):
-        from lingbot_ros_interfaces.srv import SaveSession
-        return self.call("save_session", SaveSession.Request(path=str(path)), timeout=60)
-
-    def load(self, path):
-        from lingbot_ros_interfaces.srv import LoadSession
-        return self.call("load_session", LoadSession.Request(path=str(path)), timeout=60)
-
-
 def params(tmp_path) -> dict:
     # files.root (issue 32): the test's folder holds every path these tests give
     return {**PARAMS, "files.root": str(tmp_path)}
@@ -51,15 +34,15 @@ def still_up(node, probe) -> None:
 def test_a_failed_load_then_a_good_one(tmp_path, ros_env):
     images = good_images(8)
     snap = tmp_path / "stream.snap"
-    with NodeProcess(ros_env, tmp_path, params(tmp_path)) as node, SessionProbe() as probe:
+    with NodeProcess(ros_env, tmp_path, params(tmp_path)) as node, Probe() as probe:
         probe.wait_active(node)
         send(probe, images[:4])
         probe.wait_until(lambda: len(probe.poses) >= 4, 60, "4 poses")
-        assert probe.save(snap).success
+        assert probe.save_session(snap).success
 
-        reply = probe.load(tmp_path / "stream.snp")  # mistyped
+        reply = probe.load_session(tmp_path / "stream.snp")  # mistyped
         assert not reply.success and "stream.snp" in reply.message, reply.message
-        reply = probe.load(snap)
+        reply = probe.load_session(snap)
         assert reply.success and reply.frames == 4, reply.message
         still_up(node, probe)
         send(probe, images[4:])
@@ -73,17 +56,17 @@ def test_a_good_save_then_a_failed_one(tmp_path, ros_env):
     images = good_images(6)
     not_a_snapshot = tmp_path / "notes.txt"
     not_a_snapshot.write_text("not a snapshot\n")
-    with NodeProcess(ros_env, tmp_path, params(tmp_path)) as node, SessionProbe() as probe:
+    with NodeProcess(ros_env, tmp_path, params(tmp_path)) as node, Probe() as probe:
         probe.wait_active(node)
         send(probe, images[:4])
         probe.wait_until(lambda: len(probe.poses) >= 4, 60, "4 poses")
-        assert probe.save(tmp_path / "first.snap").success
+        assert probe.save_session(tmp_path / "first.snap").success
 
-        reply = probe.save(not_a_snapshot)
+        reply = probe.save_session(not_a_snapshot)
         assert not reply.success and "notes.txt" in reply.message, reply.message
         assert not_a_snapshot.read_text() == "not a snapshot\n"
         still_up(node, probe)
-        reply = probe.save(tmp_path / "second.snap")  # and INFO again
+        reply = probe.save_session(tmp_path / "second.snap")  # and INFO again
         assert reply.success, reply.message
         send(probe, images[4:])
         probe.wait_until(lambda: len(probe.poses) >= 6, 60, "the poses after the saves")

@@ -25,14 +25,6 @@ PARAMS = {"input.width": W, "session.num_scale_frames": ANCHORS, "qos.image": "r
 DEACTIVATE = 4
 
 
-class SaveProbe(Probe):
-    def setup(self, node) -> None:
-        super().setup(node)
-        from lingbot_ros_interfaces.srv import SaveSession
-        self.clients["save_session"] = node.create_client(SaveSession,
-                                                          f"{self._node_name}/save_session")
-
-
 def _collected(probe) -> int:
     """How many images the stream holds, from the latest 'collecting anchor frames: n/N'."""
     for got in reversed(probe.snapshot("state_changes")):
@@ -51,7 +43,7 @@ def _save_async(probe, path):
 
 def test_a_save_under_a_60hz_stream_blocks_neither_images_nor_diagnostics(tmp_path, ros_env):
     images = good_images(BEFORE + DURING, width=W, height=H, hz=60.0)
-    with NodeProcess(ros_env, tmp_path, PARAMS) as node, SaveProbe() as probe:
+    with NodeProcess(ros_env, tmp_path, PARAMS) as node, Probe() as probe:
         probe.wait_active(node)
         probe.wait_for_image_subscriber()
         small = probe.call("save_session", probe.clients["save_session"].srv_type.Request(

@@ -108,19 +108,12 @@ def test_a_locked_scale_survives_save_session_and_load_session(tmp_path, ros_env
     from tests.ros.test_node_robot_tf import expected_results, send, static_msgs
     from tests.ros.test_node_scale import H, K, SCALE, W, ScaleProbe, metric_base, send_depth
 
-    class SessionProbe(ScaleProbe):
-        def setup(self, node) -> None:
-            super().setup(node)
-            n = self._node_name
-            self.clients["save_session"] = node.create_client(SaveSession, f"{n}/save_session")
-            self.clients["load_session"] = node.create_client(LoadSession, f"{n}/load_session")
-
     images = good_images(10, width=W, height=H)
     stamps = [stamp_ns(m.header.stamp) for m in images]
     expected = expected_results(images)
     snap = tmp_path / "scale.snap"
     with NodeProcess(ros_env, tmp_path, {**SCALE, "scale.source": "depth"}) as node, \
-            SessionProbe(static_msgs()) as probe:
+            ScaleProbe(static_msgs()) as probe:
         probe.wait_active(node)
         probe.wait_static_delivered()
         send_depth(probe, images, expected)
@@ -162,7 +155,7 @@ def test_a_locked_scale_survives_save_session_and_load_session(tmp_path, ros_env
 
     fixed = {**SCALE, "scale.source": "fixed", "scale.factor": 0.4}
     with NodeProcess(ros_env, tmp_path, fixed, name="fixed") as node, \
-            SessionProbe(static_msgs()) as probe:
+            ScaleProbe(static_msgs()) as probe:
         probe.wait_active(node)
         reply = probe.call("load_session", LoadSession.Request(path=str(snap)))
         assert not reply.success
