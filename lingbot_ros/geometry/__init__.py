@@ -10,8 +10,9 @@ from .file_rules import FileRefused, FileRoot, check_regular, kind_of, read_regu
 from .ply import PLY_HEADER, read_ply, read_ply_comments, write_ply
 from .points import DepthFrame, frame_points
 from .poses import (R_BODY_OPTICAL, T_BODY_OPTICAL, T_OPTICAL_BODY, as_transforms, c2w_to_map,
-                    interpolate_poses, matrix_to_tq, quaternion_to_rotation, rigid_inverse,
-                    rotation_angle, rotation_vector,
+                    interpolate_pose, interpolate_poses, interpolate_tq, matrix_to_tq,
+                    quaternion_to_rotation, rigid_inverse, rotation_angle, rotation_exp,
+                    rotation_vector,
                     rotation_to_quaternion, slerp, tq_to_matrix)
 from .sim3 import Sim3, ate_rmse, umeyama
 from .trajectory import SESSION_FRAME, Trajectory
@@ -21,8 +22,9 @@ from .voxel_map import INDEX_LIMIT, VoxelMap
 __all__ = ["PathLike", "write_atomic", "FileRefused", "FileRoot", "check_regular", "kind_of",
            "read_regular", "read_ply", "write_ply", "DepthFrame", "frame_points",
            "R_BODY_OPTICAL", "T_BODY_OPTICAL", "T_OPTICAL_BODY", "as_transforms", "c2w_to_map",
-           "interpolate_poses", "matrix_to_tq", "quaternion_to_rotation", "rigid_inverse",
-           "rotation_angle", "rotation_vector",
+           "interpolate_pose", "interpolate_poses", "interpolate_tq", "matrix_to_tq",
+           "quaternion_to_rotation", "rigid_inverse", "rotation_angle", "rotation_exp",
+           "rotation_vector",
            "rotation_to_quaternion", "slerp", "tq_to_matrix", "Sim3", "ate_rmse", "umeyama",
            "SESSION_FRAME", "Trajectory", "format_stamp", "parse_stamp", "read_tum",
            "write_tum", "INDEX_LIMIT", "VoxelMap", "read_ply_comments", "read_tum_header",

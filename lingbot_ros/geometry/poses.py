@@ -30,7 +30,8 @@ import numpy as np
 
 __all__ = ["R_BODY_OPTICAL", "T_BODY_OPTICAL", "T_OPTICAL_BODY", "as_transforms", "c2w_to_map",
            "rigid_inverse", "rotation_to_quaternion", "quaternion_to_rotation", "matrix_to_tq",
-           "tq_to_matrix", "slerp", "interpolate_poses", "rotation_angle", "rotation_vector"]
+           "tq_to_matrix", "slerp", "interpolate_tq", "interpolate_poses", "interpolate_pose",
+           "rotation_angle", "rotation_vector", "rotation_exp"]
 
 # Columns are the optical axes expressed in the body frame: x_opt = -y_body (right),
 # y_opt = -z_body (down), z_opt = +x_body (forward). Equals RPY (-pi/2, 0, -pi/2), the
@@ -166,6 +167,15 @@ def slerp(q0: np.ndarray, q1: np.ndarray, ratio: float) -> np.ndarray:
     return q / np.linalg.norm(q)
 
 
+def interpolate_tq(t0: np.ndarray, q0: np.ndarray, t1: np.ndarray, q1: np.ndarray,
+                   ratio: float) -> np.ndarray:
+    """The pose interpolation: (4, 4) pose a ``ratio`` of the way from (``t0``, ``q0``) to
+    (``t1``, ``q1``) (translations (3,), unit quaternions xyzw (4,)): translation linearly,
+    rotation by :func:`slerp`. ``interpolate_poses`` and the node's TF tree use it; the
+    ratio comes from integer-nanosecond stamps (``(s - s0) / (s1 - s0)``, Python ints)."""
+    return tq_to_matrix(t0 + ratio * (t1 - t0), slerp(q0, q1, ratio))
+
+
 def interpolate_poses(stamps_ns, poses, query_ns) -> np.ndarray:
     """Poses (N, 4, 4) at increasing ``stamps_ns`` sampled at ``query_ns`` (within their
     range): translation linearly, rotation by slerp between the two neighbours."""
@@ -183,7 +193,25 @@ def interpolate_poses(stamps_ns, poses, query_ns) -> np.ndarray:
         j = min(i + 1, len(m) - 1)
         span = int(stamps[j] - stamps[i])
         ratio = (int(s) - int(stamps[i])) / span if span else 0.0
-        out[k] = tq_to_matrix(t[i] + ratio * (t[j] - t[i]), slerp(q[i], q[j], ratio))
+        out[k] = interpolate_tq(t[i], q[i], t[j], q[j], ratio)
+    return out
+
+
+def interpolate_pose(T0, T1, ratio: float) -> np.ndarray:
+    """(4, 4) pose a ``ratio`` of the way from the rigid ``T0`` to ``T1`` (4, 4), taking
+    matrices: translation ``(1 - ratio) t0 + ratio t1``, rotation
+    ``R0 exp(ratio log(R0^T R1))`` (the geodesic, constant angular rate).
+
+    The same pose as :func:`interpolate_tq` on the matrices' (t, q) to ~1e-12, but not the
+    same bits: the metric-scale odometry (``scale/``) uses this arithmetic, and its scale
+    estimates (so its published metres) are kept bit for bit. Use :func:`interpolate_tq`
+    in new code."""
+    t0 = np.asarray(T0, dtype=np.float64)
+    t1 = np.asarray(T1, dtype=np.float64)
+    out = np.eye(4)
+    r0 = t0[:3, :3]
+    out[:3, :3] = r0 @ rotation_exp(ratio * rotation_vector(r0.T @ t1[:3, :3]))
+    out[:3, 3] = (1.0 - ratio) * t0[:3, 3] + ratio * t1[:3, 3]
     return out
 
 
@@ -211,3 +239,15 @@ def rotation_vector(r) -> np.ndarray:
         return (-axis if axis @ w < 0 else axis) * angle
     return w / np.linalg.norm(w) * angle
 
+
+
+def rotation_exp(w) -> np.ndarray:
+    """Rotation vector (3,) -> rotation matrix (3, 3) (Rodrigues; SO(3) exp, the inverse of
+    :func:`rotation_vector`)."""
+    w = np.asarray(w, dtype=np.float64)
+    angle = float(np.linalg.norm(w))
+    k = np.array([[0.0, -w[2], w[1]], [w[2], 0.0, -w[0]], [-w[1], w[0], 0.0]])
+    if angle < 1e-9:
+        return np.eye(3) + k
+    k /= angle
+    return np.eye(3) + np.sin(angle) * k + (1.0 - np.cos(angle)) * (k @ k)

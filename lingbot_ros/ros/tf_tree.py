@@ -35,8 +35,7 @@ from typing import NamedTuple, Optional, Union
 
 import numpy as np
 
-from ..geometry import (format_stamp, rigid_inverse, rotation_to_quaternion, slerp,
-                        tq_to_matrix)
+from ..geometry import format_stamp, interpolate_tq, rigid_inverse, rotation_to_quaternion
 
 __all__ = ["TransformTree", "TransformError", "UnknownFrameError", "NotConnectedError",
            "ExtrapolationError", "Reparent", "normalize_frame"]
@@ -115,7 +114,7 @@ def _evaluate(pick: _Pick) -> np.ndarray:
     if isinstance(pick, _Sample):
         return pick.T
     a, b, ratio = pick
-    return tq_to_matrix(a.t + ratio * (b.t - a.t), slerp(a.q, b.q, ratio))
+    return interpolate_tq(a.t, a.q, b.t, b.q, ratio)
 
 
 class TransformTree:

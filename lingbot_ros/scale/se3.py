@@ -1,10 +1,10 @@
 """The few SE(3) helpers the scale sources need (numpy, float64, (4, 4) rigid poses);
-``rigid_inverse`` is the geometry package's."""
+``rigid_inverse`` and ``interpolate_pose`` are the geometry package's."""
 from __future__ import annotations
 
 import numpy as np
 
-from ..geometry import rigid_inverse, rotation_vector
+from ..geometry import interpolate_pose, rigid_inverse
 
 __all__ = ["rigid_inverse", "so3_exp", "interpolate_pose", "is_rigid"]
 
@@ -18,18 +18,6 @@ def so3_exp(w: np.ndarray) -> np.ndarray:
         return np.eye(3) + k
     k /= angle
     return np.eye(3) + np.sin(angle) * k + (1.0 - np.cos(angle)) * (k @ k)
-
-
-def interpolate_pose(t0: np.ndarray, t1: np.ndarray, alpha: float) -> np.ndarray:
-    """Pose between ``t0`` (alpha 0) and ``t1`` (alpha 1): linear translation, geodesic
-    rotation (constant angular rate)."""
-    t0 = np.asarray(t0, dtype=np.float64)
-    t1 = np.asarray(t1, dtype=np.float64)
-    out = np.eye(4)
-    r0 = t0[:3, :3]
-    out[:3, :3] = r0 @ so3_exp(alpha * rotation_vector(r0.T @ t1[:3, :3]))
-    out[:3, 3] = (1.0 - alpha) * t0[:3, 3] + alpha * t1[:3, 3]
-    return out
 
 
 def is_rigid(t, tol: float = 1e-4) -> bool:
