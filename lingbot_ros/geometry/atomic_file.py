@@ -16,7 +16,7 @@ from typing import Optional, Union
 
 from .file_rules import kind_of
 
-__all__ = ["PathLike", "write_atomic", "check_replaceable"]
+__all__ = ["PathLike", "write_atomic", "write_new_file", "check_replaceable"]
 
 PathLike = Union[str, os.PathLike]
 
@@ -75,18 +75,9 @@ def write_atomic(path: PathLike, data: bytes, replaces: Optional[bytes] = None) 
     if replaces is not None and not bytes(data[:len(replaces)]) == replaces:
         raise ValueError("the data does not start with the header it replaces by")
     check_replaceable(path, replaces)  # a refusal writes nothing
-    view = memoryview(data).cast("B")
     tmp = path.with_name(f"{path.name}.{secrets.token_hex(6)}.tmp")
-    flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-             | getattr(os, "O_CLOEXEC", 0))
-    fd = os.open(tmp, flags, 0o666)  # exclusive: nobody else's file is touched
+    write_new_file(tmp, data, 0o666)  # exclusive: nobody else's file is touched
     try:
-        try:
-            while view:  # os.write may write less than asked (a size limit, a signal)
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
         # again last, just before the rename: the narrowest window
         check_replaceable(path, replaces)
         os.replace(tmp, path)
@@ -97,3 +88,24 @@ def write_atomic(path: PathLike, data: bytes, replaces: Optional[bytes] = None) 
             pass
         raise
     return path
+
+
+def write_new_file(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write ``data`` to the new file ``path`` (exclusive: never an existing file, never
+    through a link) and fsync it; on a failure after it was created it is removed again."""
+    view = memoryview(data).cast("B")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+                 | getattr(os, "O_CLOEXEC", 0), mode)
+    try:
+        try:
+            while view:  # os.write may write less than asked (a size limit, a signal)
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        raise

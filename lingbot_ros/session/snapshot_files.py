@@ -18,7 +18,7 @@ files the manifest lists; an empty folder (or nothing) may be written too; anyth
 refused (``NotReplaced``, a ``FileExistsError``) with the reason.
 
 The replace is atomic: the new folder is written beside the target and swapped in by one
-``renameat2(RENAME_EXCHANGE)`` (Linux >= 3.15, glibc >= 2.28; called through ctypes), or
+``renameat2(RENAME_EXCHANGE)`` (``geometry/atomic_dir.py``: Linux >= 3.15, glibc >= 2.28), or
 renamed there in one ``rename`` when nothing (or an empty folder) is at the target. Where
 the exchange is unavailable (another system, a file system without it) the old snapshot is
 renamed aside (``.NAME.<hex>.old``) and the new one in: two renames, so a kill between them
@@ -29,8 +29,6 @@ next save to that target removes it.
 """
 from __future__ import annotations
 
-import ctypes
-import errno
 import fcntl
 import hashlib
 import os
@@ -41,6 +39,8 @@ import stat
 from pathlib import Path
 from typing import Optional
 
+from ..geometry.atomic_dir import exchange_supported, fsync_dir, replace_dir
+from ..geometry.atomic_file import write_new_file
 from ..geometry.file_rules import FileRefused, kind_of, read_regular
 
 __all__ = ["SnapshotError", "NotReplaced", "MARKER", "MANIFEST", "FORMAT", "FORMAT_VERSION",
@@ -56,8 +56,6 @@ MAX_MANIFEST_BYTES = 64 << 20  # the state's JSON part; the tensors are in their
 _DIGEST_KEY = "manifest-sha256"
 _WRITING = "writing"
 
-_RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
-_AT_FDCWD = -100
 
 
 class SnapshotError(ValueError):
@@ -251,71 +249,6 @@ def sweep_stale(path: Path) -> list[Path]:
     return removed
 
 
-def _libc_renameat2():
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.renameat2
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
-                   ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_RENAMEAT2 = _libc_renameat2()
-
-
-def _renameat2(src: Path, dst: Path, flags: int) -> bool:
-    """``renameat2(src, dst, flags)``: True if done, False where the call (or the flag) is
-    not available here; other errors raise ``OSError``."""
-    if _RENAMEAT2 is None:
-        return False
-    rc = _RENAMEAT2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags)
-    if rc == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
-        return False
-    raise OSError(err, os.strerror(err), str(dst))
-
-
-def exchange_supported(folder: Path) -> bool:
-    """Whether ``renameat2(RENAME_EXCHANGE)`` works in ``folder`` (tried on two scratch
-    folders)."""
-    a = Path(folder) / f".lingbot_xchg.{secrets.token_hex(6)}.a"
-    b = a.with_suffix(".b")
-    a.mkdir()
-    try:
-        b.mkdir()
-        return _renameat2(a, b, _RENAME_EXCHANGE)
-    finally:
-        shutil.rmtree(a, ignore_errors=True)
-        shutil.rmtree(b, ignore_errors=True)
-
-
-def fsync_dir(path: Path) -> None:
-    """fsync the folder ``path`` (its entries: a rename in it is durable)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_new_file(path: Path, data: bytes) -> None:
-    """Write ``data`` to the new file ``path`` (never an existing one) and fsync it."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-                 | os.O_NOFOLLOW, 0o644)
-    try:
-        view = memoryview(data).cast("B")
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class TempFolder:
     """The folder a save writes, beside its target: created with our marker in it first
     (saying ``writing``) and locked while it is written; removed on any failure."""
@@ -348,20 +281,10 @@ class TempFolder:
 
     def install(self, kind: str) -> Optional[Path]:
         """Put the folder at the target (``kind``: ``check_replaceable``'s answer) in one
-        step; returns the old snapshot's folder (now under a temporary name) to remove, or
-        None."""
-        target = self.target
-        if kind == "snapshot":
-            if _renameat2(self.path, target, _RENAME_EXCHANGE):
-                return self.path  # the old snapshot, under our temporary name
-            old = target.parent / f".{target.name}.{self.token}.old"  # no exchange here
-            os.rename(target, old)
-            os.rename(self.path, target)
-            return old
-        if kind == "absent" and _renameat2(self.path, target, _RENAME_NOREPLACE):
-            return None
-        os.rename(self.path, target)  # an empty folder is replaced; a full one refuses
-        return None
+        step (``geometry/atomic_dir.replace_dir``); returns the old snapshot's folder (now
+        under a temporary name) to remove, or None."""
+        aside = self.target.parent / f".{self.target.name}.{self.token}.old"
+        return replace_dir(self.path, self.target, aside, replaces=kind == "snapshot")
 
     def _release(self) -> None:
         if self._fd is not None:

@@ -1,7 +1,8 @@
-"""The output folder of a fleet run: each unit's files appear at once, by one rename.
+"""The output folder of a fleet run: each unit's files appear at once, in one step.
 
 ``OUT/<sequence>/<policy>/`` is written as ``OUT/.fleet/staging/<unit>.<worker>.<token>/``
-and renamed into place when complete, so a reader (or a resumed driver) never sees half a
+and put in place when complete by one rename (or one exchange with an earlier attempt's
+folder: ``geometry/atomic_dir.py``), so a reader (or a resumed driver) never sees half a
 unit. A second driver on the same folder is refused (a lock held while the run lasts).
 """
 from __future__ import annotations
@@ -11,6 +12,8 @@ import os
 import secrets
 import shutil
 from pathlib import Path
+
+from ...geometry.atomic_dir import replace_dir
 
 STATE_DIR = ".fleet"
 
@@ -39,16 +42,16 @@ class OutputTree:
         return path
 
     def commit(self, staging: Path, key: str) -> Path:
-        """Put ``staging`` in place of the unit's folder: an earlier attempt's folder is moved
-        aside first (a rename), then removed."""
+        """Put ``staging`` in place of the unit's folder in one step
+        (``geometry/atomic_dir.replace_dir``): an earlier attempt's folder is exchanged out
+        (or, without the exchange, moved aside to ``.fleet/trash`` first), then removed."""
         final = self.unit_dir(key)
         final.parent.mkdir(parents=True, exist_ok=True)
-        old = None
-        if final.exists():
-            old = self.state / "trash" / f"{staging.name}.old"
-            old.parent.mkdir(parents=True, exist_ok=True)
-            os.rename(final, old)
-        os.rename(staging, final)
+        aside = self.state / "trash" / f"{staging.name}.old"
+        replaces = final.exists()
+        if replaces:
+            aside.parent.mkdir(parents=True, exist_ok=True)
+        old = replace_dir(staging, final, aside, replaces=replaces)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
         return final
