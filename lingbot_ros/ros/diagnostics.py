@@ -1,9 +1,12 @@
 """/diagnostics: one DiagnosticStatus summarising input, processing, drops, latency, memory."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+
+if TYPE_CHECKING:
+    from ..session import SessionInfo
 
 LEVELS = (DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR)  # by health level
 
@@ -34,7 +37,7 @@ def _new_kv(key: str, value) -> KeyValue:
 
 
 def build(stamp, name: str, hardware_id: str, level: int, message: str, counters: dict,
-          rates: dict, end_to_end_ms: dict, compute_ms: dict, session_info: Optional[dict],
+          rates: dict, end_to_end_ms: dict, compute_ms: dict, session_info: Optional[SessionInfo],
           gpu: Optional[dict], topic: str, extra: dict,
           key_values: Optional[KeyValues] = None) -> DiagnosticArray:
     """The status and its key/values; ``level`` (0 OK, 1 WARN, 2 ERROR) and ``message`` come
@@ -51,21 +54,20 @@ def build(stamp, name: str, hardware_id: str, level: int, message: str, counters
     values += [kv(k, v) for k, v in sorted(counters.items())]
     values.append(kv("image_topic", topic))
     if session_info is not None:
-        values += [kv("phase", session_info["phase"]), kv("segment", session_info["segment"]),
-                   kv("rollovers", session_info["rollovers"]),
-                   kv("keyframes", session_info["keyframes"]),
-                   kv("attention", session_info["attention"]),
-                   kv("fast_path", session_info["fast_path"]),
-                   kv("fused_kernels", session_info["fused_kernels"]),
-                   kv("graph_captures", session_info["graph_captures"])]
-        cache = session_info.get("cache")
+        stream = session_info.stream
+        values += [kv("phase", session_info.phase), kv("segment", session_info.segment),
+                   kv("rollovers", session_info.rollovers),
+                   kv("keyframes", session_info.keyframes),
+                   kv("attention", stream.attention),
+                   kv("fast_path", stream.fast_path),
+                   kv("fused_kernels", stream.fused_kernels),
+                   kv("graph_captures", stream.graph_captures)]
+        cache = stream.cache
         if cache:
-            values += [kv("cache_" + k, cache[k]) for k in (
+            values += [kv("cache_" + k, getattr(cache, k)) for k in (
                 "frames_cached", "special_frames", "tokens_visible", "bytes_used",
                 "bytes_reserved")]
-            used = cache["patch_pages_used"] + cache["special_pages_used"]
-            total = cache["patch_pages_total"] + cache["special_pages_total"]
-            values.append(kv("cache_occupancy", used / total if total else 0.0))
+            values.append(kv("cache_occupancy", cache.occupancy))
     if gpu:
         values += [kv(k, v) for k, v in gpu.items()]
     values += [kv(k, v) for k, v in extra.items()]

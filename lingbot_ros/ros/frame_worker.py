@@ -96,7 +96,7 @@ class FrameWorker:
         self._scale = scale
         self._scale_topic = scale_topic
         # An anchor frame's depth came with the scale phase: the topic's period decides.
-        self._num_scale_frames = session.info()["startup_latency_frames"]
+        self._num_scale_frames = session.info().startup_latency_frames
         self._queue = FrameQueue(queue_size)
         self._frames = PendingFrames()  # accepted by the session, outcome not yet published
         self._lock = threading.Lock()  # the session: this thread's frame vs a reset
@@ -172,7 +172,7 @@ class FrameWorker:
                 self._publish_in_flight()
                 if self._scale is not None:  # refused before the stream is touched
                     check_scale(read_manifest(path), self._scale)
-                manifest = self._session.restore(path)
+                manifest = self._session.snapshots.restore(path)
                 self._generation += 1
                 self._telemetry.count("dropped_reset",
                                       self._queue.clear() + self._frames.clear())
@@ -306,10 +306,10 @@ class FrameWorker:
         outcomes = session.collect(wait=False)  # the frame before; on the CPU this one
         info = session.info()
         self._telemetry.set_session_info(info)
-        if not outcomes and not session.in_flight and info["phase"] == "scale_frames":
+        if not outcomes and not session.in_flight and info.phase == "scale_frames":
             note, self._restart_note = self._restart_note, ""
             self._status.initializing(msg.header, (
-                f"collecting anchor frames: {info['scale_frames_buffered']}/"
+                f"collecting anchor frames: {info.scale_frames_buffered}/"
                 f"{info['startup_latency_frames']}" + (f"; {note}" if note else "")))
         self._publish_outcomes(outcomes)
 

@@ -121,11 +121,12 @@ def point_cloud(xyz: np.ndarray, rgb: np.ndarray, stamp: Time, frame_id: str) ->
                        data=rec.tobytes(), is_dense=True)
 
 
-def cache_info(msg_type, info: dict, stamp: Time):
-    """``lingbot_ros_interfaces/CacheInfo`` from ``PagedKVCache.info()``."""
+def cache_info(msg_type, info, stamp: Time):
+    """``lingbot_ros_interfaces/CacheInfo`` from a ``KVCacheInfo`` (``SessionInfo``'s
+    ``stream.cache``)."""
     msg = msg_type(stamp=stamp)
     for name in _CACHE_FIELDS_INT:
-        setattr(msg, name, int(info.get(name, 0)))
-    bound = info.get("max_special_frames")
+        setattr(msg, name, int(getattr(info, name)))
+    bound = info.max_special_frames
     msg.max_special_frames = -1 if bound is None else int(bound)
     return msg

@@ -93,17 +93,17 @@ class Services:
         if snapshot is None:
             response.success, response.message = False, "not configured: no cache"
             return response
-        if snapshot["cache"] is None:  # configured, no frame yet: the cache is sized then
+        c = snapshot.stream.cache
+        if c is None:  # configured, no frame yet: the cache is sized then
             response.success = True
             response.info = CacheInfo(stamp=stamp, max_special_frames=-1)
             response.message = "no frame received yet: the cache is allocated on the first one"
             return response
-        response.info = cache_info(CacheInfo, snapshot["cache"], stamp)
+        response.info = cache_info(CacheInfo, c, stamp)
         response.success = True
-        c = snapshot["cache"]
-        response.message = (f"{c['frames_cached']} frames cached, {c['special_frames']} with "
-                            f"specials, {c['bytes_used'] / 2**20:.1f} of "
-                            f"{c['bytes_reserved'] / 2**20:.1f} MiB")
+        response.message = (f"{c.frames_cached} frames cached, {c.special_frames} with "
+                            f"specials, {c.bytes_used / 2**20:.1f} of "
+                            f"{c.bytes_reserved / 2**20:.1f} MiB")
         return response
 
     def _pause(self, request, response):

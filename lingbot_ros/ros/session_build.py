@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from ..session import StreamingSession, load_session_model, model_origin, warm_up
+from ..session import StreamingSession, load_session_model, warm_up
 
 if TYPE_CHECKING:
     from .params import Settings
@@ -26,7 +26,7 @@ def build_session(settings: Settings) -> tuple[StreamingSession, bool, Optional[
         warm_up(session)
     # session.resume_from: a snapshot that cannot be restored fails the configure (with the
     # reason), never a fresh map in its place
-    resumed = session.restore(settings.resume_from) if settings.resume_from else None
+    resumed = session.snapshots.restore(settings.resume_from) if settings.resume_from else None
     if settings.save_on_shutdown:  # the weights' digest now, not in the shutdown's time
-        model_origin(model)
+        session.weights.origin()
     return session, random_weights, resumed

@@ -149,7 +149,7 @@ def take_state(session, front_end_state: Optional[dict] = None,
     t0 = time.perf_counter()
     if scale is not None:
         front_end_state = dict(front_end_state or {}, **{SCALE_KEY: scale.state_dict()})
-    data = session.snapshot_state(extra=extra, front_end_state=front_end_state)
+    data = session.snapshots.take(extra=extra, front_end_state=front_end_state)
     return data, (time.perf_counter() - t0) * 1e3
 
 
@@ -299,7 +299,7 @@ class NodeSnapshots:
                                                else None)
             else:  # inactive: the map and path are loaded when it activates
                 check_scale(read_manifest(path), node.scale)  # before the stream changes
-                manifest = session.restore(path)
+                manifest = session.snapshots.restore(path)
                 if node.scale is not None:  # the snapshot's estimate continues
                     _, warning = restore_scale(manifest, node.scale)
                     if warning:

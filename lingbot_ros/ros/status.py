@@ -81,8 +81,8 @@ class Status:
 
     def _publish_cache(self) -> None:
         snapshot = self._telemetry.session_info()
-        if snapshot and snapshot["cache"]:
-            self.cache.publish(cache_info(CacheInfo, snapshot["cache"],
+        if snapshot and snapshot.stream.cache:
+            self.cache.publish(cache_info(CacheInfo, snapshot.stream.cache,
                                           self._node.get_clock().now().to_msg()))
 
     def _publish_diag(self) -> None:
@@ -99,9 +99,9 @@ class Status:
         info = t.session_info
         topic = image_subscription(n, n.settings.node)[0]  # the topic actually subscribed
         idle = "tracking"
-        if info is not None and info["phase"] == "scale_frames":
-            idle = (f"initialising: {info['scale_frames_buffered']}/"
-                    f"{info['startup_latency_frames']} anchor frames")
+        if info is not None and info.phase == "scale_frames":
+            idle = (f"initialising: {info.scale_frames_buffered}/"
+                    f"{info.startup_latency_frames} anchor frames")
         clock_stalled = self._clock_stalled(now)
         override = None
         if n.paused:
@@ -131,7 +131,7 @@ class Status:
         msg = diagnostics.build(
             n.get_clock().now().to_msg(), f"{n.get_fully_qualified_name()}: tracking",
             n.settings.session.device, level, message, c, rates, dict(t.end_to_end_ms),
-            info["latency_ms"] if info else {}, info, _gpu_memory(n.settings.session.device),
+            info.latency_ms.as_dict() if info else {}, info, _gpu_memory(n.settings.session.device),
             topic, extra, self._key_values)
         self.diag.publish(msg)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping, Optional
 
-from ..session import LatencyWindow
+from ..session import LatencyWindow, SessionInfo
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class TelemetrySnapshot:
 
     counters: Mapping[str, int]
     end_to_end_ms: Mapping[str, Optional[float]]  # callback -> published: count, last, p50...
-    session_info: Optional[Mapping]  # StreamingSession.info() after the last frame; None: none
+    session_info: Optional[SessionInfo]  # the session's info() after the last frame
     last_error: str  # the last failure, "" once a frame succeeded after it
     last_image_time: Optional[float]  # time.monotonic() of the last image callback
     last_processed_time: Optional[float]  # ... of the last frame published
@@ -64,7 +64,7 @@ class NodeTelemetry:
         self._lock = threading.Lock()
         self._counters: Counter = Counter()
         self._end_to_end = LatencyWindow()  # itself locked
-        self._session_info: Optional[dict] = None
+        self._session_info: Optional[SessionInfo] = None
         self._last_error = ""
         self._last_image_time: Optional[float] = None
         self._last_processed_time: Optional[float] = None
@@ -106,17 +106,17 @@ class NodeTelemetry:
             self._counters[kind] += 1
             self._last_restart = (now, message)
 
-    def set_session_info(self, info: Optional[dict]) -> None:
-        """The session's ``info()`` (None: no session). The dict is not changed afterwards."""
+    def set_session_info(self, info: Optional[SessionInfo]) -> None:
+        """The session's ``info()`` (None: no session; a ``SessionInfo`` is frozen)."""
         with self._lock:
-            self._session_info = None if info is None else MappingProxyType(info)
+            self._session_info = info
 
-    def stream_reset(self, info: Optional[dict]) -> None:
+    def stream_reset(self, info: Optional[SessionInfo]) -> None:
         """~/reset: counted; the end-to-end window restarts; the session's new info."""
         self._end_to_end.clear()
         with self._lock:
             self._counters["resets"] += 1
-            self._session_info = None if info is None else MappingProxyType(info)
+            self._session_info = info
 
     # -- readers ------------------------------------------------------------------------------
     def snapshot(self) -> TelemetrySnapshot:
@@ -129,7 +129,7 @@ class NodeTelemetry:
                 last_processed_time=self._last_processed_time, last_restart=self._last_restart,
                 last_fx=self._last_fx, last_input_hw=self._last_input_hw)
 
-    def session_info(self) -> Optional[Mapping]:
+    def session_info(self) -> Optional[SessionInfo]:
         """The session's last info (cheap: no copy, no percentiles)."""
         with self._lock:
             return self._session_info

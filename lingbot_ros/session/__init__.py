@@ -8,18 +8,25 @@ from .keyframes import KeyframePolicy, make_policy
 from .input_policy import InputPolicy, SessionEvent
 from .segments import AnchorFrame, Rollover, Segments
 from .session import Outcome, StreamingSession
-from .snapshot import (SnapshotData, SnapshotError, model_origin, read_manifest,
-                       write_snapshot)
-from .snapshot_files import sweep_stale
+from .fingerprint import FRAMES as FINGERPRINT_FRAMES
+from .fingerprint import frame_digest
+from .info import CameraCacheInfo, KVCacheInfo, LatencySummary, SessionInfo, StreamInfo
+from .session_state import SessionSnapshots
+from .snapshot import SnapshotData, SnapshotError, read_manifest, write_snapshot
+from .snapshot_files import check_replaceable, sweep_stale
 from .stats import LatencyWindow
 from .step_txn import StepTxn
 from .stream_runner import StreamRunner, fast_path_of
+from .timing import BenchTiming
 from .types import FrameFailed, FrameRejected, FrameResult
+from .weights import WeightsIdentity
 
 __all__ = ["StepKind", "PRESETS", "load_session_model", "open_session", "warm_up",
            "KeyframePolicy", "make_policy", "InputPolicy", "SessionEvent", "AnchorFrame",
            "Rollover", "Segments", "Outcome", "StreamingSession",
            "LatencyWindow", "StepTxn", "StreamRunner", "fast_path_of", "FrameFailed",
-           "FrameRejected", "FrameResult", "SnapshotData", "SnapshotError", "model_origin",
-           "read_manifest",
-           "write_snapshot", "sweep_stale"]
+           "FrameRejected", "FrameResult", "SnapshotData", "SnapshotError", "read_manifest",
+           "write_snapshot", "sweep_stale", "check_replaceable", "FINGERPRINT_FRAMES",
+           "frame_digest", "SessionInfo", "StreamInfo", "KVCacheInfo",
+           "CameraCacheInfo", "LatencySummary", "SessionSnapshots", "BenchTiming",
+           "WeightsIdentity"]

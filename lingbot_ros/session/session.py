@@ -35,12 +35,15 @@ accept, reject or restart), ``Segments`` (the world alignment and the rollovers 
 streams), ``results`` (the pure functions that build a ``FrameResult``). This module keeps
 the pipeline: one in-flight step (``_Flight``), closed in ``_close_flight`` and reported in
 ``_report``, whose results change the session in one place (``_publish``). Beside it:
-``FrameUpload`` (the image onto the device, beside the step in flight), ``session_state``
-(the stream as plain data for snapshots, and back), ``BenchTiming`` (the benchmark's timers).
+``FrameUpload`` (the image onto the device, beside the step in flight), ``info``
+(``SessionInfo``: what ``info()`` returns), ``session.snapshots`` (``SessionSnapshots``: the
+stream as plain data and snapshots on disk, and back), ``session.timing`` (``BenchTiming``:
+the benchmark's timers), ``session.weights`` (``WeightsIdentity``: what snapshots record).
 """
 from __future__ import annotations
 
 import time
+import weakref
 from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Optional, Union
@@ -52,7 +55,7 @@ from ..cache import StepKind
 from ..config import ROLLOVER_SLACK_KEYFRAMES, SessionConfig
 from ..geometry import Trajectory
 from ..model import StepOutputs
-from .fingerprint import InputFingerprint, check_digests
+from .fingerprint import InputFingerprint
 from .frame_upload import FrameUpload
 from .input_policy import InputPolicy, SessionEvent
 from .keyframes import make_policy
@@ -60,13 +63,14 @@ from .next_segment import NextSegment
 from .readback import HostReadback
 from .results import Frame, frame_result, host_tensors
 from .segments import Rollover, Segments
-from .session_state import load_session_state, restore_snapshot, session_state
-from .snapshot import SnapshotData, SnapshotError, snapshot_data, write_snapshot
+from .info import SessionInfo, StreamInfo, session_info
+from .session_state import SessionSnapshots
 from .stats import LatencyWindow
 from .step_txn import StepTxn
 from .stream_runner import StreamRunner, check_runnable, fast_path_of
 from .timing import BenchTiming
 from .types import FrameFailed, FrameRejected, FrameResult
+from .weights import WeightsIdentity
 
 __all__ = ["StreamingSession", "Outcome", "Rollover", "SessionEvent"]
 
@@ -97,9 +101,12 @@ class _Closed:
 
 
 class StreamingSession:
-    def __init__(self, model, config: SessionConfig = SessionConfig()) -> None:
-        """``model``: a ``GCTModel`` already ``prepare``d on ``config.device``."""
+    def __init__(self, model, config: SessionConfig = SessionConfig(),
+                 weights: Optional[WeightsIdentity] = None) -> None:
+        """``model``: a ``GCTModel`` already ``prepare``d on ``config.device``; ``weights``:
+        its identity for snapshots, when several sessions share the model (hashed once)."""
         self.model = model
+        self.weights = weights if weights is not None else WeightsIdentity(model)
         self.config = config
         self.device = torch.device(config.device)
         self.trajectory = Trajectory()
@@ -121,8 +128,9 @@ class StreamingSession:
         self._next_index = 0  # frames taken since the stream (re)started
         self._next_ticket = 0  # never reset: a ticket names one handed-in frame for good
         self._latency = LatencyWindow()
-        self._timing = BenchTiming()  # the benchmark's timers
-        self._laps = self._timing.laps  # host time per phase of a step, when timed
+        me = weakref.ref(self)  # no cycle: a dropped session frees its caches at once
+        self.timing = BenchTiming(lambda: me()._runner)  # the benchmark's timers
+        self._laps = self.timing.laps  # host time per phase of a step, when timed
         self._events: deque[SessionEvent] = deque(maxlen=100)
         self._restarts: Counter = Counter()  # by kind; survives restarts, cleared by reset()
         self._counts: Counter = Counter()
@@ -253,145 +261,38 @@ class StreamingSession:
         return self._segments.rollovers
 
     @property
+    def snapshots(self) -> SessionSnapshots:
+        """The stream's state as plain data, and its snapshots on disk (``SessionSnapshots``:
+        ``take``, ``save``, ``restore``, ``state_dict``, ``load_state_dict``)."""
+        return SessionSnapshots(self)
+
+    @property
     def runner(self) -> Optional[StreamRunner]:
         """The stream's ``StreamRunner`` (caches, backend, graphs), None before the first
         frame: for inspection (its ``info``, its caches); the session drives it."""
         return self._runner
 
-    def info(self) -> dict:
+    def info(self) -> SessionInfo:
         """Counters, phase, segment, timing and cache state (for services and diagnostics)."""
-        c = self._counts
-        rejected = {k[len("rejected_"):]: v for k, v in c.items() if k.startswith("rejected_")}
         if self._runner is not None:
-            stream = self._runner.info()
+            stream = StreamInfo.from_runner(self._runner.info())
         else:
             attention, fast_path = fast_path_of(self.model, self.config)
-            stream = {"attention": attention, "fast_path": fast_path,
-                      "fused_kernels": self.fused_kernels, "graph_captures": 0,
-                      "graph_capture_failures": 0, "steps_planned_ahead": 0, "cache": None,
-                      "camera_cache": None}
+            stream = StreamInfo(attention, fast_path, self.fused_kernels, None, 0, 0, 0,
+                                None, None)
         segments = self._segments
-        return {
-            "frames_in": c["frames_in"], "frames_processed": c["processed"],
-            "keyframes": c["keyframes"], "non_keyframes": c["non_keyframes"],
-            "frames_rejected": sum(rejected.values()), "rejected_by_reason": rejected,
-            "frames_failed": c["failed_non_finite"],
-            "plan_ahead_failures": c["plan_ahead_failed"],  # the step was then planned as usual
-            "phase": "streaming" if segments.started else "scale_frames",
-            "scale_frames_buffered": len(self._anchors),
-            "startup_latency_frames": self.config.num_scale_frames,
-            "segment": segments.number, "segment_keyframes": segments.keyframes,
-            "rollovers": c["rollovers"], "rollover_building": self._next.pending,
-            "rollover_build_failures": c["rollover_build_failed"], "model_hw": self._model_hw,
-            "restarts": sum(self._restarts.values()), "restarts_by_reason": dict(self._restarts),
-            "trajectory_poses": len(self.trajectory),
-            "latency_ms": self._latency.summary(),
-            **stream,
-        }
-
-    # -- the benchmark's timers (``BenchTiming``) ------------------------------------------
-    def time_replays(self, enabled: bool = True) -> None:
-        """Record the GPU time of each CUDA-graph replay (``replay_ms``): a benchmark's
-        measure of the step's GPU time, to compare with the wall time per frame."""
-        self._timing.time_replays(self._runner, enabled)
-
-    def replay_ms(self) -> list[float]:
-        """GPU milliseconds of each replay timed since the last call ([] without graphs)."""
-        return self._timing.replay_ms(self._runner)
-
-    def time_host(self, enabled: bool = True) -> None:
-        """Record the host time of each phase of a step (``host_ms``; the phases:
-        ``BenchTiming``)."""
-        self._timing.time_host(enabled)
-
-    def host_ms(self) -> dict[str, list[float]]:
-        """Milliseconds per phase (``time_host``) since the last call, one entry per step."""
-        return self._timing.host_ms()
+        return session_info(
+            counts=self._counts, restarts=self._restarts, started=segments.started,
+            anchors_buffered=len(self._anchors), config=self.config, segment=segments.number,
+            segment_keyframes=segments.keyframes, rollover_building=self._next.pending,
+            model_hw=self._model_hw, trajectory_poses=len(self.trajectory),
+            latency=self._latency.summary(), stream=stream)
 
     def fast_path(self) -> str:
         """``cuda_graph`` when streaming steps are graph replays, else why they are eager."""
         if self._runner is not None:
             return self._runner.fast_path
         return fast_path_of(self.model, self.config)[1]
-
-    # -- snapshots -------------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        """Everything the next frame's outcome depends on, as plain data (JSON-able values,
-        numpy arrays, host tensors): each owner's ``state_dict`` (input policy, keyframe
-        policy, segments, the runner's caches) plus the pipeline's own (frame counters,
-        buffered scale-phase frames, trajectory, statistics). Only at a frame boundary:
-        ``SnapshotError`` while a frame is in flight or outcomes wait to be collected
-        (``collect()`` first). The device->host copy is the only wait. A rollover being
-        built beside the stream (``rollover_mode: sliced``) is saved as its anchors and
-        progress (``NextSegment.state_dict``)."""
-        if self._flight is not None:
-            raise SnapshotError("a frame is in flight: collect() it first (a snapshot is "
-                                "taken between frames)")
-        if self._ready:
-            raise SnapshotError(f"{len(self._ready)} outcome(s) not yet collected: collect() "
-                                "them first (a snapshot is taken between frames)")
-        return dict(session_state(
-            model_hw=self._model_hw, next_index=self._next_index, next_ticket=self._next_ticket,
-            counts=self._counts, restarts=self._restarts, events=self._events,
-            latency=self._latency, inputs=self._input, policy=self._policy,
-            segments=self._segments, trajectory=self.trajectory, anchors=self._anchors,
-            runner=self._runner, next_segment=self._next),
-            input_fingerprint=self._fingerprint.state_dict())
-
-    def load_state_dict(self, state: dict) -> None:
-        """Continue the stream of ``state_dict``'s output (of a session of the same model and
-        configuration; its pages go to a fresh pool). Everything is built and checked first;
-        only then is the current stream replaced (on any error it is untouched). A frame in
-        flight and outcomes not collected are dropped."""
-        loaded = load_session_state(state, self.model, self.config, self._laps)
-        try:
-            fingerprint = check_digests(state.get("input_fingerprint", []))
-        except ValueError as exc:
-            raise SnapshotError(str(exc)) from None
-        # -- swap (nothing below can fail) --
-        if self._take_flight() is not None:
-            self._readback.discard()
-        self._next.drop()
-        self._ready = []
-        self._runner, self._model_hw = loaded.runner, loaded.model_hw
-        self._next = loaded.next_segment
-        self._input, self._policy = loaded.inputs, loaded.policy
-        self._segments, self._latency = loaded.segments, loaded.latency
-        self.trajectory.reset()
-        for stamp, pose in zip(*loaded.trajectory.snapshot()):
-            self.trajectory.append(int(stamp), pose)
-        self._anchors = loaded.anchors
-        self._next_index = loaded.next_index
-        self._next_ticket = max(self._next_ticket, loaded.next_ticket)
-        self._counts, self._restarts = loaded.counts, loaded.restarts
-        self._events.clear()
-        self._events.extend(loaded.events)
-        self._fingerprint = InputFingerprint(fingerprint)
-
-    def snapshot_state(self, extra: Optional[dict] = None,
-                       front_end_state: Optional[dict] = None) -> SnapshotData:
-        """The stream's snapshot in host memory (``state_dict`` + manifest), made between
-        frames: the part of ``snapshot`` that waits for the device (its copy to the host).
-        ``write_snapshot(data, path)`` then needs nothing of the session (a thread may run
-        it). ``extra``: a front end's JSON-able additions (``manifest["extra"]``);
-        ``front_end_state``: its own state with arrays (``manifest["front_end_state"]`` of
-        ``restore``)."""
-        return snapshot_data(self.model, self.config, self.state_dict(), extra,
-                             front_end_state)
-
-    def snapshot(self, path, extra: Optional[dict] = None,
-                 front_end_state: Optional[dict] = None) -> tuple:
-        """Write the stream's snapshot to the directory ``path`` (atomically: a temporary
-        directory, fsynced, renamed). Returns (path, bytes). Between frames only
-        (``SnapshotError`` otherwise: ``collect()`` first)."""
-        return write_snapshot(self.snapshot_state(extra, front_end_state), path)
-
-    def restore(self, path) -> dict:
-        """Continue the stream saved at ``path``; returns its manifest. ``SnapshotError``
-        (and the current stream untouched) when the snapshot is unreadable, corrupted
-        (digest, size, missing file), of an unknown version, or made with other weights,
-        another model or stream configuration, input size or precision."""
-        return restore_snapshot(path, self.model, self.config, self.load_state_dict)
 
     # -- the stream ------------------------------------------------------------------------
     def _take(self, image: torch.Tensor, stamp_ns: int, crop, t0: float,
@@ -421,6 +322,14 @@ class StreamingSession:
         self._clear_stream()
         self._restarts[event.kind] += 1
         self._events.append(event)
+
+    def _drop_pipeline(self) -> None:
+        """Drop the frame in flight, a rollover being built and outcomes not collected (a
+        snapshot being loaded)."""
+        if self._take_flight() is not None:
+            self._readback.discard()
+        self._next.drop()
+        self._ready = []
 
     def _clear_stream(self) -> None:
         if self._take_flight() is not None:  # (only a reset gets here with one)

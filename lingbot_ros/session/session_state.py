@@ -1,11 +1,11 @@
 """A session's state as plain data, and back: the assembly between ``StreamingSession`` and
 the snapshot format (``snapshot.py``).
 
-    state = session_state(...)                     # StreamingSession.state_dict: each owner's
-                                                   # state_dict + the pipeline's own
+    state = session_state(...)                     # SessionSnapshots.state_dict: each
+                                                   # owner's state_dict + the pipeline's own
     loaded = load_session_state(state, model, config, laps)   # fresh owners, all checked;
-                                                   # the session swaps them in
-    manifest = restore_snapshot(path, model, config, session.load_state_dict)
+                                                   # SessionSnapshots swaps them in
+    manifest = session.snapshots.restore(path)     # read, check, load (``SessionSnapshots``)
 
 Each owner (input policy, keyframe policy, segments, latency window, runner) saves and
 loads its own part; this module gathers them with the pipeline's counters, trajectory and
@@ -30,11 +30,14 @@ from .keyframes import KeyframePolicy, make_policy
 from .next_segment import NextSegment
 from .results import Frame
 from .segments import Segments
-from .snapshot import SnapshotError, check_compatible, read_snapshot
+from .fingerprint import InputFingerprint, check_digests
+from .snapshot import (SnapshotData, SnapshotError, check_compatible, read_snapshot,
+                       snapshot_data, write_snapshot)
 from .stats import HostLaps, LatencyWindow
 from .stream_runner import StreamRunner
 
-__all__ = ["session_state", "LoadedState", "load_session_state", "restore_snapshot"]
+__all__ = ["session_state", "LoadedState", "load_session_state", "SessionSnapshots",
+           "restore_snapshot"]
 
 _CROP_FIELDS = ("input_hw", "resized_hw", "crop_xy", "output_hw")
 
@@ -136,14 +139,109 @@ def load_session_state(state: dict, model, config: SessionConfig,
         events=events)
 
 
-def restore_snapshot(path, model, config: SessionConfig,
+class SessionSnapshots:
+    """A session's snapshots (``session.snapshots``): its state as plain data and back, in
+    host memory and on disk. The session's friend: it reads and swaps the session's owners,
+    which the session itself only drives frame by frame.
+
+        data = session.snapshots.take(extra)        # between frames: the device->host copy
+        write_snapshot(data, path)                  # needs nothing of the session (a thread)
+        session.snapshots.save(path, extra)         # both at once; returns (path, bytes)
+        manifest = session.snapshots.restore(path)  # the stream continues from ``path``
+    """
+
+    def __init__(self, session) -> None:
+        self._s = session
+
+    def state_dict(self) -> dict:
+        """Everything the next frame's outcome depends on, as plain data (JSON-able values,
+        numpy arrays, host tensors): each owner's ``state_dict`` (input policy, keyframe
+        policy, segments, the runner's caches) plus the pipeline's own (frame counters,
+        buffered scale-phase frames, trajectory, statistics). Only at a frame boundary:
+        ``SnapshotError`` while a frame is in flight or outcomes wait to be collected
+        (``collect()`` first). The device->host copy is the only wait. A rollover being
+        built beside the stream (``rollover_mode: sliced``) is saved as its anchors and
+        progress (``NextSegment.state_dict``)."""
+        s = self._s
+        if s._flight is not None:
+            raise SnapshotError("a frame is in flight: collect() it first (a snapshot is "
+                                "taken between frames)")
+        if s._ready:
+            raise SnapshotError(f"{len(s._ready)} outcome(s) not yet collected: collect() "
+                                "them first (a snapshot is taken between frames)")
+        return dict(session_state(
+            model_hw=s._model_hw, next_index=s._next_index, next_ticket=s._next_ticket,
+            counts=s._counts, restarts=s._restarts, events=s._events, latency=s._latency,
+            inputs=s._input, policy=s._policy, segments=s._segments, trajectory=s.trajectory,
+            anchors=s._anchors, runner=s._runner, next_segment=s._next),
+            input_fingerprint=s._fingerprint.state_dict())
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the stream of ``state_dict``'s output (of a session of the same model and
+        configuration; its pages go to a fresh pool). Everything is built and checked first;
+        only then is the current stream replaced (on any error it is untouched). A frame in
+        flight and outcomes not collected are dropped."""
+        s = self._s
+        loaded = load_session_state(state, s.model, s.config, s.timing.laps)
+        try:
+            fingerprint = check_digests(state.get("input_fingerprint", []))
+        except ValueError as exc:
+            raise SnapshotError(str(exc)) from None
+        # -- swap (nothing below can fail) --
+        s._drop_pipeline()
+        s._runner, s._model_hw = loaded.runner, loaded.model_hw
+        s._next = loaded.next_segment
+        s._input, s._policy = loaded.inputs, loaded.policy
+        s._segments, s._latency = loaded.segments, loaded.latency
+        s.trajectory.reset()
+        for stamp, pose in zip(*loaded.trajectory.snapshot()):
+            s.trajectory.append(int(stamp), pose)
+        s._anchors = loaded.anchors
+        s._next_index = loaded.next_index
+        s._next_ticket = max(s._next_ticket, loaded.next_ticket)
+        s._counts, s._restarts = loaded.counts, loaded.restarts
+        s._events.clear()
+        s._events.extend(loaded.events)
+        s._fingerprint = InputFingerprint(fingerprint)
+
+    def take(self, extra: Optional[dict] = None,
+             front_end_state: Optional[dict] = None) -> SnapshotData:
+        """The stream's snapshot in host memory (``state_dict`` + manifest), made between
+        frames: the part of ``save`` that waits for the device (its copy to the host).
+        ``write_snapshot(data, path)`` then needs nothing of the session (a thread may run
+        it). ``extra``: a front end's JSON-able additions (``manifest["extra"]``);
+        ``front_end_state``: its own state with arrays (``manifest["front_end_state"]`` of
+        ``restore``)."""
+        s = self._s
+        return snapshot_data(s.model, s.config, s.weights.origin(), self.state_dict(), extra,
+                             front_end_state)
+
+    def save(self, path, extra: Optional[dict] = None,
+             front_end_state: Optional[dict] = None) -> tuple:
+        """Write the stream's snapshot to the directory ``path`` (atomically: a temporary
+        directory, fsynced, renamed). Returns (path, bytes). Between frames only
+        (``SnapshotError`` otherwise: ``collect()`` first)."""
+        return write_snapshot(self.take(extra, front_end_state), path)
+
+    def restore(self, path) -> dict:
+        """Continue the stream saved at ``path``; returns its manifest. ``SnapshotError``
+        (and the current stream untouched) when the snapshot is unreadable, corrupted
+        (digest, size, missing file), of an unknown version, or made with other weights,
+        another model or stream configuration, input size or precision."""
+        s = self._s
+        return restore_snapshot(path, s.model, s.config, s.weights.origin(),
+                                self.load_state_dict)
+
+
+def restore_snapshot(path, model, config: SessionConfig, origin: str,
                      load_state_dict: Callable[[dict], None]) -> dict:
-    """Read the snapshot at ``path``, check it against ``model`` and ``config``, and hand its
-    state to ``load_state_dict`` (``StreamingSession.restore``); returns its manifest. Any
-    failure is a ``SnapshotError`` naming ``path`` and what is wrong."""
+    """Read the snapshot at ``path``, check it against ``model`` (weights ``origin``) and
+    ``config``, and hand its state to ``load_state_dict`` (``SessionSnapshots.restore``);
+    returns its manifest. Any failure is a ``SnapshotError`` naming ``path`` and what is
+    wrong."""
     try:
         manifest, state = read_snapshot(path)
-        check_compatible(manifest, model, config)
+        check_compatible(manifest, model, config, origin)
     except (KeyError, TypeError, AttributeError) as exc:
         raise SnapshotError(f"{path}: the manifest is malformed ({type(exc).__name__}: "
                             f"{exc})") from exc

@@ -1,10 +1,10 @@
 """Stream snapshots on disk: a directory of ``manifest.json`` + safetensors files and our
 marker (``lingbot_ros_snapshot``: the format and the manifest's SHA-256), no pickle.
 
-    data = snapshot_data(model, config, state)   # state: StreamingSession.state_dict()
+    data = snapshot_data(model, config, origin, state)   # origin: WeightsIdentity.origin()
     path, nbytes = write_snapshot(data, "run1.snap")  # temp dir, fsync, one rename/exchange
     manifest, state = read_snapshot("run1.snap")       # every digest checked, the manifest's too
-    check_compatible(manifest, model, config)          # SnapshotError naming the mismatch
+    check_compatible(manifest, model, config, origin)  # SnapshotError naming the mismatch
 
 The state is a tree of dicts and lists whose leaves are JSON values, numpy arrays or (host)
 torch tensors, as each owner's ``state_dict`` gives it. Tensors and arrays go to the tensor
@@ -39,7 +39,7 @@ from .snapshot_files import (FORMAT, FORMAT_VERSION, MANIFEST, NotReplaced, Snap
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "SnapshotError", "NotReplaced", "SnapshotData",
            "snapshot_data", "write_snapshot", "read_snapshot", "read_manifest",
-           "check_compatible", "model_origin", "stream_config"]
+           "check_compatible", "stream_config"]
 
 _RUNNER_FILE = "kv_cache.safetensors"
 _STREAM_FILE = "stream.safetensors"
@@ -77,39 +77,9 @@ def stream_config(config) -> dict:
     return _jsonable({k: v for k, v in d.items() if k not in _RUN_ONLY})
 
 
-def model_origin(model) -> str:
-    """Where the weights come from: ``sha256:<hex>`` of the checkpoint file, ``random
-    weights, preset P, seed N``, or (a model built in code) ``weights sha256:<hex>`` of its
-    parameters. The checkpoint's digest is computed once per model."""
-    origin = getattr(model, "origin", None) or {}
-    if origin.get("kind") == "random":
-        return f"random weights, preset {origin['preset']}, seed {origin['seed']}"
-    if origin.get("kind") == "checkpoint":
-        if "sha256" not in origin:
-            digest = hashlib.sha256()
-            with open(origin["path"], "rb") as f:
-                for block in iter(lambda: f.read(1 << 24), b""):
-                    digest.update(block)
-            origin["sha256"] = digest.hexdigest()
-        return f"sha256:{origin['sha256']}"
-    cached = getattr(model, "_snapshot_weights_digest", None)
-    if cached is None:
-        digest = hashlib.sha256()
-        for name, t in sorted(model.state_dict().items()):
-            digest.update(name.encode())
-            digest.update(str(t.dtype).encode())
-            # flat first: a size-1 dim may keep any stride, which ``contiguous`` leaves as is
-            # (a prepared CUDA model has such views) and a byte view refuses
-            t = t.detach().cpu().reshape(-1).contiguous()
-            digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-        cached = digest.hexdigest()
-        model._snapshot_weights_digest = cached
-    return f"weights sha256:{cached}"
-
-
-def _model_description(model, config) -> dict:
+def _model_description(model, origin: str) -> dict:
     return {
-        "origin": model_origin(model),
+        "origin": origin,
         "config": _jsonable(dataclasses.asdict(model.config)),
         "kv_dtype": str(model.kv_dtype).replace("torch.", ""),
         "camera_head_dtype": str(model.camera_head.dtype).replace("torch.", ""),
@@ -117,10 +87,11 @@ def _model_description(model, config) -> dict:
     }
 
 
-def snapshot_data(model, config, state: dict, extra: Optional[dict] = None,
+def snapshot_data(model, config, origin: str, state: dict, extra: Optional[dict] = None,
                   front_end_state: Optional[dict] = None) -> SnapshotData:
     """The manifest and tensor files of ``state`` (``StreamingSession.state_dict()``) of a
-    stream of ``model`` under ``config``; ``extra``: a front end's JSON-able additions
+    stream of ``model`` under ``config`` (``origin``: its ``WeightsIdentity.origin()``);
+    ``extra``: a front end's JSON-able additions
     (kept under ``manifest["extra"]``); ``front_end_state``: a front end's own state, a tree
     like ``state`` (its arrays go to ``front_end.safetensors``; ``restore`` gives it back as
     ``manifest["front_end_state"]``)."""
@@ -155,7 +126,7 @@ def snapshot_data(model, config, state: dict, extra: Optional[dict] = None,
     manifest = {
         "format": FORMAT, "version": FORMAT_VERSION,
         "created_unix": time.time(),
-        "model": _model_description(model, config),
+        "model": _model_description(model, origin),
         "stream_config": stream_config(config),
         "input": {"preprocess": _jsonable(dataclasses.asdict(config.preprocess)),
                   "model_hw": state.get("model_hw"),
@@ -280,12 +251,13 @@ def read_snapshot(path) -> tuple[dict, dict]:
     return manifest, state
 
 
-def check_compatible(manifest: dict, model, config) -> None:
-    """``SnapshotError`` unless a stream of ``model`` under ``config`` can continue the
-    snapshot: the same weights, model configuration, stream configuration, input size and
-    dtypes (the device, attention backend and fast path may differ)."""
+def check_compatible(manifest: dict, model, config, origin: str) -> None:
+    """``SnapshotError`` unless a stream of ``model`` (weights ``origin``) under ``config``
+    can continue the snapshot: the same weights, model configuration, stream
+    configuration, input size and dtypes (the device, attention backend and fast path may
+    differ)."""
     saved = manifest["model"]
-    here = _model_description(model, config)
+    here = _model_description(model, origin)
     if saved["origin"] != here["origin"]:
         raise SnapshotError(f"the snapshot was made with other weights ({saved['origin']}); "
                             f"this model's are {here['origin']}")

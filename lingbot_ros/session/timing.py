@@ -1,16 +1,17 @@
 """A stream's benchmark timers (``lingbot-ros-bench``), off by default:
 
-    timing.time_replays(runner)    # GPU time of each CUDA-graph replay (the runner's graph
-    timing.replay_ms(runner)       # records CUDA events around it)
+    timing = session.timing
+    timing.time_replays()          # GPU time of each CUDA-graph replay (the stream's runner's
+    timing.replay_ms()             # graph records CUDA events around it)
     timing.time_host()             # host time of each phase of a step: ``timing.laps``,
     timing.host_ms()               # which the session, its runner and graph lap into
 
-``StreamingSession`` owns one and exposes these as its own methods. Speed is shown by the
+``StreamingSession`` owns one (``session.timing``). Speed is shown by the
 benchmark's medians over these, never by a timed test.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from .stats import HostLaps
 from .stream_runner import StreamRunner
@@ -21,18 +22,22 @@ __all__ = ["BenchTiming"]
 class BenchTiming:
     """The host laps of a stream's steps and the switch of its graph's replay timing."""
 
-    def __init__(self) -> None:
+    def __init__(self, runner: Callable[[], Optional[StreamRunner]]) -> None:
+        """``runner``: the stream's current runner (None before the first frame)."""
         self.laps = HostLaps()  # handed to each runner the stream allocates
+        self._runner = runner
 
-    @staticmethod
-    def time_replays(runner: Optional[StreamRunner], enabled: bool = True) -> None:
-        """Record the GPU time of each graph replay of ``runner`` (no-op without graphs)."""
+    def time_replays(self, enabled: bool = True) -> None:
+        """Record the GPU time of each CUDA-graph replay (``replay_ms``): a benchmark's
+        measure of the step's GPU time, to compare with the wall time per frame (no-op
+        without graphs, or before the first frame)."""
+        runner = self._runner()
         if runner is not None and runner.graph is not None:
             runner.graph.time_replays = enabled
 
-    @staticmethod
-    def replay_ms(runner: Optional[StreamRunner]) -> list[float]:
+    def replay_ms(self) -> list[float]:
         """GPU milliseconds of each replay timed since the last call ([] without graphs)."""
+        runner = self._runner()
         if runner is None or runner.graph is None:
             return []
         return runner.graph.replay_ms()

@@ -92,8 +92,8 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    session.time_replays(True)
-    session.time_host(True)
+    session.timing.time_replays(True)
+    session.timing.time_host(True)
     pipeline = over.get("pipeline", True)
     times, memory, latencies, failed = [], [], [], 0
 
@@ -119,8 +119,8 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
         if cuda and i % 100 == 99:
             memory.append(torch.cuda.memory_allocated() / 2**30)
     take(session.collect())
-    replay_ms = session.replay_ms()
-    host_ms = session.host_ms()
+    replay_ms = session.timing.replay_ms()
+    host_ms = session.timing.host_ms()
     info = session.info()  # before the profile, which restarts the stream
     peak_gib = torch.cuda.max_memory_allocated() / 2**30 if cuda else None  # before profiling
     profile = (profile_stages(session, images, args, name)
@@ -139,9 +139,9 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
         "kv_splits": cfg.kv_splits, "pipelined": pipeline, "rate_hz": args.rate or None,
         "camera_head": str(model.camera_head.dtype).replace("torch.", ""),
         "precisions": model.precisions,
-        "fast_path": info["fast_path"], "graph_captures": info["graph_captures"],
-        "steps_planned_ahead": info["steps_planned_ahead"],
-        "fused_kernels": info["fused_kernels"],
+        "fast_path": info.stream.fast_path, "graph_captures": info.stream.graph_captures,
+        "steps_planned_ahead": info.stream.steps_planned_ahead,
+        "fused_kernels": info.stream.fused_kernels,
         "latency_ms": {"p50": percentile(streaming, 50), "p90": percentile(streaming, 90),
                        "p99": percentile(streaming, 99), "max": max(streaming)},
         "scale_phase_ms": times[cfg.num_scale_frames - 1],
@@ -162,14 +162,14 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
         "gpu_steady_gib": {"first": memory[0], "last": memory[-1], "min": min(memory),
                            "max": max(memory), "samples_every_100_frames": len(memory)}
         if memory else None,
-        "rollovers": info["rollovers"], "keyframes_committed": info["keyframes"],
-        "cache": {k: info["cache"][k] for k in ("frames_cached", "special_frames",
+        "rollovers": info.rollovers, "keyframes_committed": info.keyframes,
+        "cache": {k: getattr(info.stream.cache, k) for k in ("frames_cached", "special_frames",
                                                 "tokens_visible", "bytes_reserved")},
     }
     result["last_over_first"] = result["fps_last_10pct"] / result["fps_first_10pct"]
     if replay_ms:  # the host time the GPU waits for, per frame
         result["wall_minus_gpu_ms_p50"] = result["latency_ms"]["p50"] - percentile(replay_ms, 50)
-    # host time per phase of a step (StreamingSession.host_ms): p50 and p99 over the frames
+    # host time per phase of a step (StreamingSession.timing.host_ms): p50 and p99 over the frames
     result["host_ms"] = {name: {"p50": percentile(v, 50), "p99": percentile(v, 99),
                                 "n": len(v)} for name, v in host_ms.items()}
     result["window"] = cfg.window

@@ -36,8 +36,8 @@ def run_parity(args, device: str, name: str = "default") -> dict:
             out += session.push(images[i % len(images)], 1_000 + i)
         info = session.info()
         runs[label] = (np.stack([r.pose_enc for r in out]), [r.keyframe for r in out],
-                       f"{info['fast_path']}, {info['attention']}, fused kernels "
-                       f"{'on' if info['fused_kernels'] else 'off'}, precisions "
+                       f"{info.stream.fast_path}, {info.stream.attention}, fused kernels "
+                       f"{'on' if info.stream.fused_kernels else 'off'}, precisions "
                        f"{model.precisions}",
                        [r.depth for r in out] if args.parity_depth else None)
         if label == "eager_torch_ref":

@@ -15,8 +15,7 @@ from dataclasses import replace
 import torch
 
 from ..config import SessionConfig
-from ..session.factory import warm_up
-from ..session.session import StreamingSession
+from ..session import StreamingSession, warm_up
 
 FLASHINFER = "attention (paged, FlashInfer)"
 KERNEL_FAMILIES = (  # (family, regex on the kernel name), first match wins

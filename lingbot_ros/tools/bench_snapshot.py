@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import KeyframeConfig, PreprocessConfig, SessionConfig
-from ..session import StreamingSession, model_origin, write_snapshot
+from ..session import StreamingSession, WeightsIdentity, write_snapshot
 
 
 __all__ = ["run_snapshot"]
@@ -48,9 +48,10 @@ def run_snapshot(model, args, device: str) -> dict:
     images = [(rng.random((args.height, args.width, 3)) * 255).astype(np.uint8)
               for _ in range(frames + 1)]
     t0 = time.perf_counter()
-    origin = model_origin(model)  # once per model (a weights digest here: no checkpoint file)
+    weights = WeightsIdentity(model)
+    origin = weights.origin()  # once per model (a weights digest here: no checkpoint file)
     origin_ms = (time.perf_counter() - t0) * 1e3
-    session = StreamingSession(model, cfg)
+    session = StreamingSession(model, cfg, weights)
     t0 = time.perf_counter()
     for i in range(frames):
         session.push(images[i], 1_000 + i)
@@ -60,15 +61,15 @@ def run_snapshot(model, args, device: str) -> dict:
     try:
         for r in range(args.snapshot_repeats):
             t0 = time.perf_counter()
-            data = session.snapshot_state()
+            data = session.snapshots.take()
             t1 = time.perf_counter()
             path, nbytes = write_snapshot(data, tmp / "snap")
             t2 = time.perf_counter()
             blocked.append((t1 - t0) * 1e3)
             write.append((t2 - t1) * 1e3)
-            fresh = StreamingSession(model, cfg)
+            fresh = StreamingSession(model, cfg, weights)
             t3 = time.perf_counter()
-            manifest = fresh.restore(path)
+            manifest = fresh.snapshots.restore(path)
             restore.append((time.perf_counter() - t3) * 1e3)
         want = session.push(images[frames], 1_000 + frames)[0]
         got = fresh.push(images[frames], 1_000 + frames)[0]

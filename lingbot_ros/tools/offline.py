@@ -43,7 +43,8 @@ from ..config import (ATTENTION_BACKENDS, FLASHINFER_VARIANTS, HEAD_PRECISIONS,
                       SessionConfig)
 from ..geometry import VoxelMap, frame_points, read_tum, write_atomic, write_ply, write_tum
 from ..scale import ScaleConfig
-from ..session import PRESETS, FrameRejected, StreamingSession, load_session_model
+from ..session import (PRESETS, FrameRejected, SessionInfo, StreamingSession,
+                       load_session_model)
 from .datasets import FORMATS, open_dataset
 from .offline_outputs import (EXIT_ENDED_EARLY, EXIT_FAILED, EXIT_INTERRUPTED, SUMMARY_BEGINS,
                               SUMMARY_FORMAT, RunState, planned_outputs)
@@ -272,10 +273,10 @@ def run(args, model=None, state: Optional[RunState] = None) -> dict:
             keyframe_flags.append(r.keyframe)
             if points is not None and r.keyframe:
                 points.add(*frame_points(r, args.ply_stride, args.min_conf))
-        cache = session.info()["cache"]
+        cache = session.info().stream.cache
         if cache:
             for key in peak:
-                peak[key] = max(peak[key], cache[key])
+                peak[key] = max(peak[key], getattr(cache, key))
         if bar is not None:
             bar.update(1)
         state.saving(frames_read)
@@ -302,11 +303,11 @@ def run(args, model=None, state: Optional[RunState] = None) -> dict:
         "settings": settings_of(args, config, info),
         "frames_read": frames_read, "frames_skipped_by_source": source.stats.total_skipped,
         "source_skipped_by_reason": dict(source.stats.skipped),
-        "frames_rejected_by_session": info["rejected_by_reason"],
-        "frames_processed": info["frames_processed"], "keyframes": info["keyframes"],
-        "non_keyframes": info["non_keyframes"], "rollovers": info["rollovers"],
-        "fps": info["frames_processed"] / wall if wall > 0 else None, "wall_s": wall,
-        "latency_ms": info["latency_ms"], "cache_peak": peak,
+        "frames_rejected_by_session": dict(info.rejected_by_reason),
+        "frames_processed": info.frames_processed, "keyframes": info.keyframes,
+        "non_keyframes": info.non_keyframes, "rollovers": info.rollovers,
+        "fps": info.frames_processed / wall if wall > 0 else None, "wall_s": wall,
+        "latency_ms": info.latency_ms.as_dict(), "cache_peak": peak,
         "stamps": stamp_range(stamps), "trajectory_frame": "camera_optical in world = the "
         f"first frame's camera_optical (OpenCV axes); {scale.units}",
         "scale": scale.summary(), "outputs": {}, "snapshot": snaps.summary(),
@@ -385,10 +386,11 @@ def checkpoint_identity(path: Optional[str]) -> Optional[dict]:
             "sha256": digest.hexdigest()}
 
 
-def settings_of(args, config: SessionConfig, info: dict) -> dict:
+def settings_of(args, config: SessionConfig, info: SessionInfo) -> dict:
     """Everything that decides the numbers of a run."""
     kf = config.keyframes
-    return {"input_size_hw": info["model_hw"], "width": args.width, "height": args.height,
+    stream = info.stream
+    return {"input_size_hw": info.model_hw, "width": args.width, "height": args.height,
             "window": config.window, "scale_frames": config.num_scale_frames,
             "keyframes": {"policy": kf.policy, "n": kf.n, "flow_threshold": kf.flow_threshold,
                           "max_gap": kf.max_gap},
@@ -396,9 +398,9 @@ def settings_of(args, config: SessionConfig, info: dict) -> dict:
             "rollover_mode": config.rollover_mode,
             "rollover_slices_per_frame": config.rollover_slices_per_frame,
             "device": config.device,
-            "attention": info["attention"], "fast_path": info["fast_path"],
-            "fused_kernels": info["fused_kernels"],
-            "fused_kernel_names": info.get("fused_kernel_names", []),
+            "attention": stream.attention, "fast_path": stream.fast_path,
+            "fused_kernels": stream.fused_kernels,
+            "fused_kernel_names": list(stream.fused_kernel_names or []),
             "camera_head_precision": args.camera_head_precision, "max_diff_s": args.max_diff,
             "offset_s": args.offset, "scale": getattr(args, "scale", "none"),
             "scale_params": list(getattr(args, "scale_param", None) or []),

@@ -30,9 +30,8 @@ import logging
 from pathlib import Path
 from typing import Optional
 
-from ..session import SnapshotError, StreamingSession, read_manifest
-from ..session.fingerprint import FRAMES, frame_digest
-from ..session.snapshot_files import check_replaceable
+from ..session import (FINGERPRINT_FRAMES, SnapshotError, StreamingSession,
+                       check_replaceable, frame_digest, read_manifest)
 
 __all__ = ["add_snapshot_args", "OfflineSnapshots", "snapshot_frames_read",
            "check_snapshot_args", "recording_fingerprint"]
@@ -82,11 +81,11 @@ def check_snapshot_args(args) -> None:
 
 def recording_fingerprint(source) -> list[str]:
     """The fingerprint of a recording's first frames, as a session given them computes it
-    (``frame_digest`` of each of the first ``FRAMES`` frames ``source`` yields)."""
+    (``frame_digest`` of each of the first ``FINGERPRINT_FRAMES`` frames ``source`` yields)."""
     digests = []
     for frame in source:
         digests.append(frame_digest(frame.image, frame.stamp_ns, frame.encoding))
-        if len(digests) >= FRAMES:
+        if len(digests) >= FINGERPRINT_FRAMES:
             break
     return digests
 
@@ -115,7 +114,7 @@ class OfflineSnapshots:
                     if points is not None else None)
         if resume:
             try:
-                manifest = session.restore(resume)
+                manifest = session.snapshots.restore(resume)
             except SnapshotError as exc:
                 raise ValueError(f"--resume {resume}: {exc}") from None
             offline = manifest.get("extra", {}).get("offline")
@@ -125,7 +124,7 @@ class OfflineSnapshots:
             self._resume_front_end(resume, offline, manifest.get("front_end_state") or {})
             self.start = int(offline["frames_read"])
             self.fingerprint = list((manifest.get("input") or {}).get("fingerprint") or [])
-            if len(self.fingerprint) < min(self.start, FRAMES):
+            if len(self.fingerprint) < min(self.start, FINGERPRINT_FRAMES):
                 raise ValueError(f"--resume {resume}: the snapshot records no fingerprint of "
                                  "its input's first frames: it cannot be checked against "
                                  "this recording")
@@ -211,8 +210,8 @@ class OfflineSnapshots:
             front_end[SCALE_KEY] = self.scale.state_dict()
         if self.points is not None:
             front_end[POINTS_KEY] = self.points.state_dict()
-        path, nbytes = self.session.snapshot(self.save_to, extra=extra,
-                                             front_end_state=front_end)
+        path, nbytes = self.session.snapshots.save(self.save_to, extra=extra,
+                                                   front_end_state=front_end)
         self.saves += 1
         log.info("session snapshot after %d input frames: %s (%.1f MB)", frames_read, path,
                  nbytes / 1e6)

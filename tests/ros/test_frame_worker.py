@@ -134,7 +134,7 @@ def test_a_bad_image_is_counted_once_and_the_stream_goes_on():
     assert snap.processed == 4 and snap.received == 5 and snap.last_error == ""
     assert snap.last_input_hw == (60, 80) and snap.last_fx > 0
     assert snap.end_to_end_ms["count"] == 4
-    assert snap.session_info["frames_processed"] == 4
+    assert snap.session_info.frames_processed == 4
 
 
 def test_a_reset_drops_the_queue_and_starts_a_new_stream():
@@ -147,7 +147,7 @@ def test_a_reset_drops_the_queue_and_starts_a_new_stream():
     assert not rig.worker.run_once(timeout=0)  # nothing left queued
     snap = rig.telemetry.snapshot()
     assert snap.counters["dropped_reset"] == 2 and snap.counters["resets"] == 1
-    assert snap.session_info["trajectory_poses"] == 0 and snap.end_to_end_ms["count"] == 0
+    assert snap.session_info.trajectory_poses == 0 and snap.end_to_end_ms["count"] == 0
     assert rig.outputs.clears == 1
     rig.feed(images[5:])  # the first anchor of the new stream: no pose yet
     assert len(rig.outputs.published) == 3

@@ -151,8 +151,8 @@ def test_a_failed_capture_falls_back_to_eager_for_the_rest_of_the_session():
     for i, image in enumerate(images[NSF:], start=NSF):
         got += graphed.push(image, 1_000 + i)  # no frame is lost or fails
     info = graphed.info()
-    assert info["fast_path"].startswith("eager (CUDA-graph capture failed: RuntimeError")
-    assert info["graph_capture_failures"] == 1 and info["frames_processed"] == len(images)
+    assert info.stream.fast_path.startswith("eager (CUDA-graph capture failed: RuntimeError")
+    assert info.stream.graph_capture_failures == 1 and info.frames_processed == len(images)
     for a, b in zip(got, expected):
         np.testing.assert_allclose(a.pose_enc, b.pose_enc, atol=1e-6)
 
@@ -208,8 +208,8 @@ def test_graph_replays_match_the_eager_session_through_rollovers_and_resets(tiny
     graph_s, graph_r = run_session(tiny_bf16, images, True, variant, **kw)
     eager_s, eager_r = run_session(tiny_bf16, images, False, variant, **kw)
     info = graph_s.info()
-    assert info["fast_path"] == "cuda_graph" and eager_s.info()["fast_path"].startswith("eager")
-    assert info["rollovers"] >= 4 and info["graph_captures"] == 1  # rollovers reuse the graph
+    assert info.stream.fast_path == "cuda_graph" and eager_s.info().stream.fast_path.startswith("eager")
+    assert info.rollovers >= 4 and info.stream.graph_captures == 1  # rollovers reuse the graph
     assert [r.keyframe for r in graph_r] == [r.keyframe for r in eager_r]
     diff = max(np.abs(g.pose_enc - e.pose_enc).max() for g, e in zip(graph_r, eager_r))
     assert np.isfinite([r.pose_enc for r in graph_r]).all() and diff < 1e-2
@@ -218,7 +218,7 @@ def test_graph_replays_match_the_eager_session_through_rollovers_and_resets(tiny
     assert depth < 2e-2
     graph_s.reset()  # a reset keeps the caches, so the captured graph stays valid
     again = [r for i, image in enumerate(images[:12]) for r in graph_s.push(image, 10_000 + i)]
-    assert graph_s.info()["graph_captures"] == 1
+    assert graph_s.info().stream.graph_captures == 1
     assert max(np.abs(a.pose_enc - g.pose_enc).max() for a, g in zip(again, graph_r)) < 1e-2
 
 
@@ -230,7 +230,7 @@ def test_a_growing_cache_is_recaptured(tiny_bf16):
     cycle = [images[i % 8] for i in range(270)]
     graph_s, graph_r = run_session(tiny_bf16, cycle, True, "fa3", rollover_keyframes=None)
     _, eager_r = run_session(tiny_bf16, cycle, False, "fa3", rollover_keyframes=None)
-    assert graph_s.info()["graph_captures"] == 2
+    assert graph_s.info().stream.graph_captures == 2
     diff = max(np.abs(g.pose_enc - e.pose_enc).max() for g, e in zip(graph_r, eager_r))
     assert diff < 1e-2
 
@@ -239,9 +239,9 @@ def test_a_growing_cache_is_recaptured(tiny_bf16):
 def test_fused_kernels_in_the_graph_match_the_unfused_eager_session(tiny_bf16):
     images = gpu_frames(30)
     fused_s, fused_r = run_session(tiny_bf16, images, True, "fa3", fused_kernels="on")
-    assert fused_s.info()["fused_kernels"] is True
+    assert fused_s.info().stream.fused_kernels is True
     plain_s, plain_r = run_session(tiny_bf16, images, False, "fa3", fused_kernels="off")
-    assert plain_s.info()["fused_kernels"] is False
+    assert plain_s.info().stream.fused_kernels is False
     diff = max(np.abs(f.pose_enc - p.pose_enc).max() for f, p in zip(fused_r, plain_r))
     assert np.isfinite([r.pose_enc for r in fused_r]).all() and diff < 1e-2
 
@@ -271,8 +271,8 @@ def test_steps_planned_while_the_gpu_is_busy_equal_steps_planned_after(tiny_bf16
 
     ahead_s, ahead = stream(True)
     after_s, after = stream(False)
-    assert ahead_s.info()["steps_planned_ahead"] > 30
-    assert after_s.info()["steps_planned_ahead"] == 0
+    assert ahead_s.info().stream.steps_planned_ahead > 30
+    assert after_s.info().stream.steps_planned_ahead == 0
     assert [r.index for r in ahead] == [r.index for r in after] == list(range(60))
     for a, b in zip(ahead, after):
         np.testing.assert_array_equal(a.pose_enc, b.pose_enc)

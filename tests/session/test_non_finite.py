@@ -26,9 +26,9 @@ COUNTERS = {"frames_seen", "frames_rolled_back"}  # the failed step counts as se
 
 def cache_state(s):
     info = s.info()
-    cache = {k: v for k, v in info["cache"].items() if k not in COUNTERS}
-    camera = {k: v for k, v in info["camera_cache"].items() if k not in COUNTERS}
-    return cache, camera, info["trajectory_poses"], info["keyframes"]
+    cache = {k: v for k, v in info.stream.cache.as_dict().items() if k not in COUNTERS}
+    camera = {k: v for k, v in info.stream.camera_cache.as_dict().items() if k not in COUNTERS}
+    return cache, camera, info.trajectory_poses, info.keyframes
 
 
 @pytest.mark.parametrize("policy", ["all", "every_n"])
@@ -49,7 +49,7 @@ def test_a_non_finite_streaming_frame_is_rolled_back_and_the_stream_goes_on(poli
     hook.armed = False
     assert err.value.reason == "non_finite" and "rolled back" in str(err.value)
     assert cache_state(poisoned) == before  # page counts, frames, specials, trajectory
-    assert poisoned.info()["frames_failed"] == 1
+    assert poisoned.info().frames_failed == 1
     # The next frames: as a clean session that never saw frame 4 (policy all: the same
     # cache, so the same pose; every_n counts indices, so compare with the same indices).
     if policy == "all":
@@ -73,8 +73,8 @@ def test_non_finite_anchor_frames_are_dropped_and_new_anchors_are_collected():
         s.push(imgs[1], STAMP0 + DT)
     hook.armed = False
     info = s.info()
-    assert info["phase"] == "scale_frames" and info["scale_frames_buffered"] == 0
-    assert info["trajectory_poses"] == 0 and info["cache"]["frames_cached"] == 0
+    assert info.phase == "scale_frames" and info.scale_frames_buffered == 0
+    assert info.trajectory_poses == 0 and info.stream.cache.frames_cached == 0
     assert s.push(imgs[2], STAMP0 + 2 * DT) == []
     out = s.push(imgs[3], STAMP0 + 3 * DT)
     assert [r.stamp_ns for r in out] == [STAMP0 + 2 * DT, STAMP0 + 3 * DT]

@@ -62,7 +62,7 @@ def test_a_rejected_frame_leaves_the_frame_in_flight_alone():
         s.submit(imgs[3], STAMP0 + 2 * DT)  # duplicate stamp
     assert s.in_flight
     assert [r.index for r in s.collect()] == [0, 1, 2]
-    assert s.info()["rejected_by_reason"] == {"duplicate_stamp": 1}
+    assert s.info().rejected_by_reason == {"duplicate_stamp": 1}
 
 
 def test_a_non_finite_frame_is_an_outcome_and_is_rolled_back():
@@ -82,7 +82,7 @@ def test_a_non_finite_frame_is_an_outcome_and_is_rolled_back():
     assert outcomes[1].index == 4 and np.isfinite(outcomes[1].c2w).all()
     cache, camera, poses, keyframes = cache_state(s)
     assert (poses, keyframes) == (before[2] + 1, before[3] + 1)  # frame 4 only
-    assert s.info()["frames_failed"] == 1
+    assert s.info().frames_failed == 1
 
 
 def test_push_raises_the_failure_of_its_own_frame():
@@ -103,7 +103,7 @@ def test_a_reset_drops_the_frame_in_flight_and_the_uncollected_outcomes():
     assert s.in_flight
     s.reset()
     assert not s.in_flight and s.collect() == []
-    assert s.info()["trajectory_poses"] == 0
+    assert s.info().trajectory_poses == 0
     out = pipelined(s, imgs[:3])  # a new stream from scratch
     assert [r.index for r in out] == [0, 1, 2]
 
@@ -197,16 +197,16 @@ def test_host_time_is_recorded_per_phase_when_asked():
     s = session(rollover_keyframes=None)
     imgs = frames(6, seed=11)
     pipelined(s, imgs[:2])
-    assert s.host_ms() == {}  # off by default
-    s.time_host(True)
+    assert s.timing.host_ms() == {}  # off by default
+    s.timing.time_host(True)
     pipelined(s, imgs[2:], first=2)
-    ms = s.host_ms()
+    ms = s.timing.host_ms()
     # eager (CPU) steps: plan + model instead of the graph's load / plan / launch
     assert set(ms) == {"checks_preprocess", "begin", "plan", "model", "readback_start",
                        "wait", "close", "report", "plan_ahead"}
     assert len(ms["checks_preprocess"]) == len(ms["begin"]) == 4
     assert len(ms["report"]) == 4 and all(v >= 0 for lap in ms.values() for v in lap)
-    assert s.host_ms() == {}  # taken
+    assert s.timing.host_ms() == {}  # taken
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))
@@ -221,7 +221,7 @@ def test_the_next_step_is_planned_while_a_frame_runs(policy):
     imgs = frames(12, seed=12)
     out = pipelined(s, imgs)
     stream = [r for r in out if r.index >= s.config.num_scale_frames]  # after the anchors
-    used = s.info()["steps_planned_ahead"]
+    used = s.info().stream.steps_planned_ahead
     if policy == "flow":  # right after each frame that was rolled back
         assert used == sum(not r.keyframe for r in stream[:-1])
         assert 0 < used < len(stream) - 1  # (this sequence has both kinds)
@@ -245,7 +245,7 @@ def test_a_wrong_forecast_is_not_used():
     outcomes = s.collect()
     assert isinstance(outcomes[1], FrameFailed)
     # frames 3, 5 begin as forecast; frame 4 follows the failed frame 3: planned anew
-    assert s.info()["steps_planned_ahead"] == 2
+    assert s.info().stream.steps_planned_ahead == 2
     ref = session(rollover_keyframes=None)
     want = run(ref, [imgs[i] for i in (0, 1, 2, 4, 5)])
     got = [o for o in outcomes if not isinstance(o, FrameFailed)]

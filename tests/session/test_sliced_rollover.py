@@ -86,7 +86,7 @@ def test_the_segment_goes_on_while_the_next_one_is_built(per_frame):
     total = slices_of_anchor_step(model, cfg)
     s = StreamingSession(model, cfg)
     results = run(s, frames(40, seed=5))
-    assert s.info()["rollovers"] >= 2
+    assert s.info().rollovers >= 2
     by_index = {r.index: r for r in results}
     for roll in s.rollovers:
         completing = roll.frame_index  # the last anchor: the keyframe that completed it
@@ -110,7 +110,7 @@ def test_pipelined_sliced_rollovers_give_what_push_gives():
     ref = run(StreamingSession(micro_model(), cfg), imgs)
     s = StreamingSession(micro_model(), cfg)
     out = pipelined(s, imgs)
-    assert s.info()["rollovers"] >= 1
+    assert s.info().rollovers >= 1
     assert [r.index for r in out] == [r.index for r in ref]
     for a, b in zip(ref, out):
         assert (a.segment, a.keyframe) == (b.segment, b.keyframe)
@@ -120,7 +120,7 @@ def test_pipelined_sliced_rollovers_give_what_push_gives():
 def frames_until_building(s, imgs):
     for i, img in enumerate(imgs):
         s.push(img, STAMP0 + i * DT)
-        if s.info()["rollover_building"]:
+        if s.info().rollover_building:
             return i + 1
     raise AssertionError("no rollover started building")
 
@@ -130,7 +130,7 @@ def test_a_reset_drops_the_build_and_the_stream_starts_afresh():
     s = StreamingSession(micro_model(), cfg)
     frames_until_building(s, frames(30, seed=9))
     s.reset()
-    assert not s.info()["rollover_building"] and s.info()["rollovers"] == 0
+    assert not s.info().rollover_building and s.info().rollovers == 0
     fresh = StreamingSession(micro_model(), cfg)
     imgs = frames(12, seed=10)
     for a, b in zip(run(s, imgs), run(fresh, imgs)):
@@ -147,12 +147,12 @@ def test_a_stream_saved_during_a_build_continues_as_the_uninterrupted_one(tmp_pa
     n = frames_until_building(s, imgs)
     run(s, imgs[n:n + after], first=n)
     n += after
-    assert s.info()["rollover_building"]
-    segment = s.info()["segment"]
-    s.snapshot(tmp_path / "snap")
+    assert s.info().rollover_building
+    segment = s.info().segment
+    s.snapshots.save(tmp_path / "snap")
     restored = StreamingSession(micro_model(), cfg)
-    restored.restore(tmp_path / "snap")
-    assert restored.info()["rollover_building"]
+    restored.snapshots.restore(tmp_path / "snap")
+    assert restored.info().rollover_building
     rest = imgs[n:n + 16]
     a, b = run(s, rest, first=n), run(restored, rest, first=n)
     assert [r.index for r in a] == [r.index for r in b] and a
@@ -167,13 +167,13 @@ def test_a_sliced_stream_is_not_restored_into_a_blocking_one(tmp_path):
     # with the difference named, the running stream untouched
     s = StreamingSession(micro_model(), config(rollover_mode="sliced"))
     run(s, frames(5, seed=15))
-    s.snapshot(tmp_path / "snap")
+    s.snapshots.save(tmp_path / "snap")
     blocking = StreamingSession(micro_model(), config())
     run(blocking, frames(5, seed=16))
-    before = blocking.info()["frames_processed"]
+    before = blocking.info().frames_processed
     with pytest.raises(SnapshotError, match="rollover_mode: saved 'sliced', here 'blocking'"):
-        blocking.restore(tmp_path / "snap")
-    assert blocking.info()["frames_processed"] == before
+        blocking.snapshots.restore(tmp_path / "snap")
+    assert blocking.info().frames_processed == before
 
 
 @pytest.mark.parametrize("bad", [{"rollover_mode": "later"}, {"rollover_slices_per_frame": 0}])
@@ -191,7 +191,7 @@ def test_sliced_caches_hold_the_slack_so_nothing_grows_meanwhile():
     camera = s.runner.camera_cache.data.data_ptr()
     storage = s.runner.kv_cache.storage.data.data_ptr()
     run(s, frames(40, seed=13), first=6)
-    assert s.info()["rollovers"] >= 2
+    assert s.info().rollovers >= 2
     assert (s.runner.camera_cache.data.data_ptr(), s.runner.kv_cache.storage.data.data_ptr()) \
         == (camera, storage)
 
@@ -203,7 +203,7 @@ def test_a_build_still_running_when_the_slack_is_used_up_is_finished_at_once(mon
                  keyframes=KeyframeConfig(policy="all"))
     s = StreamingSession(micro_model(), cfg)
     results = run(s, frames(30, seed=14))
-    assert s.info()["rollovers"] >= 2
+    assert s.info().rollovers >= 2
     for roll in s.rollovers:
         switch = next(r.index for r in results if r.segment == roll.segment)
         # slack 2 at one keyframe per frame (push: a frame's step closes in its own push):

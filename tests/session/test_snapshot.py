@@ -80,13 +80,13 @@ def test_a_restored_stream_continues_bit_identically(tmp_path, policy, bounded):
     for k in range(N):
         for name, at in points.items():
             if at == k:
-                saved[name] = saver.snapshot(tmp_path / name)[0]
+                saved[name] = saver.snapshots.save(tmp_path / name)[0]
         got += saver.push(IMAGES[k], STAMP0 + k * DT)
     assert_same(got, reference)
     for name, at in points.items():
         fresh = StreamingSession(micro_model(), cfg)  # a new session object
-        manifest = fresh.restore(saved[name])
-        assert manifest["extra"] == {} and fresh.info()["frames_in"] == at
+        manifest = fresh.snapshots.restore(saved[name])
+        assert manifest["extra"] == {} and fresh.info().frames_in == at
         before = [r for r in reference if r.index < at and at >= cfg.num_scale_frames]
         assert manifest["frames_processed"] == len(before)
         assert_same(push_all(fresh, IMAGES[at:], at), reference[len(before):])
@@ -98,7 +98,7 @@ def test_a_snapshot_continues_in_another_process(tmp_path):
     k = 6
     saver = StreamingSession(micro_model(), cfg)
     head = push_all(saver, IMAGES[:k], 0)
-    saver.snapshot(tmp_path / "snap")
+    saver.snapshots.save(tmp_path / "snap")
     np.save(tmp_path / "images.npy", np.stack(IMAGES[k:]))
     script = f"""
 import numpy as np
@@ -106,7 +106,7 @@ from tests.session.test_snapshot import config, push_all
 from tests.session.micro_model import micro_model
 from lingbot_ros.session import StreamingSession
 s = StreamingSession(micro_model(), config("every_n"))
-s.restore({str(tmp_path / 'snap')!r})
+s.snapshots.restore({str(tmp_path / 'snap')!r})
 images = list(np.load({str(tmp_path / 'images.npy')!r}))
 out = push_all(s, images, {k})
 np.savez({str(tmp_path / 'out.npz')!r}, c2w=np.stack([r.c2w for r in out]),
@@ -190,7 +190,7 @@ def test_every_bad_snapshot_is_refused_and_the_stream_goes_on_untouched(tmp_path
     k = 6
     saver = StreamingSession(micro_model(), cfg)
     push_all(saver, IMAGES[:k], 0)
-    good = saver.snapshot(tmp_path / "good")[0]
+    good = saver.snapshots.save(tmp_path / "good")[0]
     snaps = {}
     for name, (seed, changes, corrupt, _) in REFUSALS.items():
         path = tmp_path / name.replace(" ", "_")
@@ -198,9 +198,9 @@ def test_every_bad_snapshot_is_refused_and_the_stream_goes_on_untouched(tmp_path
             other_cfg = dataclasses.replace(cfg, **changes)
             other = StreamingSession(micro_model(seed), other_cfg)
             push_all(other, IMAGES[:k], 0)
-            other.snapshot(path)
+            other.snapshots.save(path)
         else:
-            saver.snapshot(path)
+            saver.snapshots.save(path)
             corrupt(path)
         snaps[name] = path
     # A live stream at frame 3 (another point than the snapshots'): every refusal leaves it.
@@ -208,11 +208,11 @@ def test_every_bad_snapshot_is_refused_and_the_stream_goes_on_untouched(tmp_path
     head = push_all(live, IMAGES[:3], 0)
     for name, (_, _, _, message) in REFUSALS.items():
         with pytest.raises(SnapshotError, match=message):
-            live.restore(snaps[name])
+            live.snapshots.restore(snaps[name])
     assert_same(head + push_all(live, IMAGES[3:], 3), reference)
     # ... and the good snapshot still restores after all that.
     fresh = StreamingSession(micro_model(), cfg)
-    fresh.restore(good)
+    fresh.snapshots.restore(good)
     assert_same(push_all(fresh, IMAGES[k:], k), reference[k:])
 
 
@@ -221,19 +221,19 @@ def test_a_snapshot_is_refused_with_a_frame_in_flight(tmp_path):
     push_all(s, IMAGES[:3], 0)
     s.submit(IMAGES[3], STAMP0 + 3 * DT)
     with pytest.raises(SnapshotError, match="in flight"):
-        s.snapshot(tmp_path / "snap")
+        s.snapshots.save(tmp_path / "snap")
     s.submit(IMAGES[4], STAMP0 + 4 * DT)
     assert not (tmp_path / "snap").exists()
     s.collect(wait=False)
     s.collect()
-    path, nbytes = s.snapshot(tmp_path / "snap")
+    path, nbytes = s.snapshots.save(tmp_path / "snap")
     assert nbytes == sum(f.stat().st_size for f in path.iterdir())
 
 
 def test_the_manifest_describes_the_snapshot_and_a_save_replaces_only_a_snapshot(tmp_path):
     s = StreamingSession(micro_model(), config("every_n"))
     push_all(s, IMAGES[:6], 0)
-    path, _ = s.snapshot(tmp_path / "snap", extra={"offline": {"next_frame": 6}})
+    path, _ = s.snapshots.save(tmp_path / "snap", extra={"offline": {"next_frame": 6}})
     m = read_manifest(path)
     assert m["version"] == 2 and m["model"]["origin"].startswith("weights sha256:")
     assert m["input"]["model_hw"] == [42, 56] and m["model"]["kv_dtype"] == "float32"
@@ -246,7 +246,7 @@ def test_the_manifest_describes_the_snapshot_and_a_save_replaces_only_a_snapshot
                                                      "lingbot_ros_snapshot", "manifest.json",
                                                      "stream.safetensors"]
     push_all(s, IMAGES[6:8], 6)
-    s.snapshot(path)  # replaces the older snapshot
+    s.snapshots.save(path)  # replaces the older snapshot
     assert read_manifest(path)["frames_processed"] == 8
     assert sorted(p.name for p in tmp_path.iterdir()) == ["snap"]  # no temporary left
     (tmp_path / "file").write_text("x")
@@ -254,7 +254,7 @@ def test_the_manifest_describes_the_snapshot_and_a_save_replaces_only_a_snapshot
     (tmp_path / "folder" / "keep").write_text("x")
     for target in ("file", "folder"):
         with pytest.raises(FileExistsError, match="not a snapshot"):
-            s.snapshot(tmp_path / target)
+            s.snapshots.save(tmp_path / target)
     assert (tmp_path / "folder" / "keep").read_text() == "x"
 
 
@@ -262,11 +262,11 @@ def test_the_first_frame_after_a_restore_may_follow_any_gap(tmp_path):
     cfg = config("all", rollover_keyframes=None)  # max_gap_s: 10 s
     s = StreamingSession(micro_model(), cfg)
     push_all(s, IMAGES[:4], 0)
-    s.snapshot(tmp_path / "snap")
+    s.snapshots.save(tmp_path / "snap")
     fresh = StreamingSession(micro_model(), cfg)
-    fresh.restore(tmp_path / "snap")
+    fresh.snapshots.restore(tmp_path / "snap")
     later = STAMP0 + 3 * DT + 3600 * 10**9  # an hour of downtime
     assert fresh.push(IMAGES[4], later)[0].index == 4  # the stream goes on
-    assert fresh.pop_events() == [] and fresh.info()["restarts"] == 0
+    assert fresh.pop_events() == [] and fresh.info().restarts == 0
     fresh.push(IMAGES[5], later + 60 * 10**9)  # a gap after that restarts, as always
     assert [e.kind for e in fresh.pop_events()] == ["restart_stamp_gap"]

@@ -41,9 +41,9 @@ def test_a_save_replaces_only_our_own_snapshot(tmp_path, saver):
     foreign.mkdir()
     (foreign / "manifest.json").write_text('{"format": "something else"}')
     (foreign / "data.bin").write_bytes(b"precious")
-    extra = saver.snapshot(tmp_path / "extra")[0]
+    extra = saver.snapshots.save(tmp_path / "extra")[0]
     (extra / "notes.txt").write_text("mine")
-    edited = saver.snapshot(tmp_path / "edited")[0]
+    edited = saver.snapshots.save(tmp_path / "edited")[0]
     text = (edited / "manifest.json").read_text()
     (edited / "manifest.json").write_text(text.replace('"frames_processed": 5',
                                                        '"frames_processed": 6'))
@@ -54,13 +54,13 @@ def test_a_save_replaces_only_our_own_snapshot(tmp_path, saver):
     before = {name: _tree(tmp_path / name) for name in ("foreign", "extra", "edited")}
     for name, reason in cases.items():
         with pytest.raises(FileExistsError, match=f"{reason}.*not replaced"):
-            saver.snapshot(tmp_path / name)
+            saver.snapshots.save(tmp_path / name)
     for name, tree in before.items():
         assert _tree(tmp_path / name) == tree, name
     assert (tmp_path / "link").is_symlink()
     (tmp_path / "empty").mkdir()
     for name in ("new", "empty", "new"):  # nothing, an empty folder, our own snapshot
-        path, _ = saver.snapshot(tmp_path / name)
+        path, _ = saver.snapshots.save(tmp_path / name)
         assert read_manifest(path)["frames_processed"] == 5
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
 
@@ -101,7 +101,7 @@ def test_reading_a_hostile_snapshot_is_refused_with_the_reason(tmp_path, saver):
     cases = {}
 
     def case(name, edit):
-        path = saver.snapshot(tmp_path / name)[0]
+        path = saver.snapshots.save(tmp_path / name)[0]
         edit(path)
         cases[name] = path
 
@@ -147,7 +147,7 @@ print("ready", flush=True)
 sys.stdin.readline()
 big = np.random.default_rng(0).random(48 << 20).astype(np.float32)  # 192 MB to write
 while True:
-    s.snapshot(sys.argv[1], front_end_state={"big": big})
+    s.snapshots.save(sys.argv[1], front_end_state={"big": big})
 """
 
 
@@ -156,7 +156,7 @@ def test_a_save_killed_midway_leaves_the_old_snapshot_and_the_next_save_cleans_u
     """A real process saving a large snapshot over ours is SIGKILLed once its temporary
     folder appears: the old snapshot is whole and loads; the next save removes the
     temporary (ours: our name and marker) and nothing else beside it."""
-    target = saver.snapshot(tmp_path / "run.snap")[0]
+    target = saver.snapshots.save(tmp_path / "run.snap")[0]
     old = _tree(target)
     decoy = tmp_path / ".run.snap.0123456789ab.tmp"  # our name, not our marker: kept
     decoy.mkdir()
@@ -183,9 +183,9 @@ def test_a_save_killed_midway_leaves_the_old_snapshot_and_the_next_save_cleans_u
     manifest, _ = read_snapshot(target)  # the old snapshot, whole
     assert _tree(target) == old and manifest["frames_processed"] == 5
     fresh = StreamingSession(micro_model(), config("all"))
-    fresh.restore(target)
+    fresh.snapshots.restore(target)
     push_all(saver, IMAGES[5:6], 5)
-    saver.snapshot(target)  # the next save: the leftovers go, the decoy stays
+    saver.snapshots.save(target)  # the next save: the leftovers go, the decoy stays
     assert read_manifest(target)["frames_processed"] == 6
     assert sorted(p.name for p in tmp_path.iterdir()) == [decoy.name, "run.snap"]
     assert sweep_stale(target) == []
@@ -194,7 +194,7 @@ def test_a_save_killed_midway_leaves_the_old_snapshot_and_the_next_save_cleans_u
 def test_an_unfinished_snapshot_is_refused(tmp_path, saver):
     """A folder whose marker says the save did not finish (a kill before the seal) reads as
     that, never as a snapshot."""
-    path = saver.snapshot(tmp_path / "snap")[0]
+    path = saver.snapshots.save(tmp_path / "snap")[0]
     (path / "lingbot_ros_snapshot").write_text("lingbot_ros.stream_snapshot 2\nwriting\n")
     with pytest.raises(SnapshotError, match="unfinished snapshot"):
         read_manifest(path)

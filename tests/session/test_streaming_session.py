@@ -36,7 +36,7 @@ def test_scale_frames_are_buffered_then_emitted_together_with_their_stamps():
     s = session(num_scale_frames=3)
     imgs = frames(5)
     assert s.push(imgs[0], STAMP0) == [] and s.push(imgs[1], STAMP0 + DT) == []
-    assert s.info()["phase"] == "scale_frames" and s.info()["scale_frames_buffered"] == 2
+    assert s.info().phase == "scale_frames" and s.info().scale_frames_buffered == 2
     first = s.push(imgs[2], STAMP0 + 2 * DT)
     assert [r.index for r in first] == [0, 1, 2]
     assert [r.stamp_ns for r in first] == [STAMP0, STAMP0 + DT, STAMP0 + 2 * DT]
@@ -44,7 +44,7 @@ def test_scale_frames_are_buffered_then_emitted_together_with_their_stamps():
     np.testing.assert_allclose(first[0].c2w[:3, :3] @ first[0].c2w[:3, :3].T, np.eye(3),
                                atol=1e-5)
     nxt = s.push(imgs[3], STAMP0 + 3 * DT)
-    assert len(nxt) == 1 and nxt[0].index == 3 and s.info()["phase"] == "streaming"
+    assert len(nxt) == 1 and nxt[0].index == 3 and s.info().phase == "streaming"
     r = nxt[0]
     assert r.depth.shape == (42, 56) and r.depth_conf.shape == (42, 56)
     assert r.rgb.shape == (42, 56, 3) and r.rgb.dtype == np.uint8
@@ -61,8 +61,8 @@ def test_every_n_rolls_back_non_keyframes_and_matches_a_run_without_them():
     # scale frames 0,1; then the first streaming frame and every 3rd after it
     assert flags == [True, True, True, False, False, True, False, False, True, False, False, True]
     kept = [i for i, k in enumerate(flags) if k]
-    assert spec.info()["cache"]["frames_committed"] == len(kept)
-    assert spec.info()["camera_cache"]["frames_cached"] == len(kept)
+    assert spec.info().stream.cache.frames_committed == len(kept)
+    assert spec.info().stream.camera_cache.frames_cached == len(kept)
     # A stream that only ever saw the keyframes gives the same keyframe poses.
     plain = session(rollover_keyframes=None)
     ref = run(plain, [imgs[i] for i in kept])
@@ -140,8 +140,8 @@ def test_bad_frames_are_rejected_counted_and_the_stream_goes_on():
     out = s.push(imgs[2], STAMP0 + 13 * DT)
     assert len(out) == 1 and out[0].index == 2  # rejected frames take no index
     info = s.info()
-    assert info["frames_rejected"] == 5 and info["frames_in"] == 8 and info["restarts"] == 0
-    assert info["rejected_by_reason"] == {"bad_image": 2, "non_monotonic_stamp": 1,
+    assert info.frames_rejected == 5 and info.frames_in == 8 and info.restarts == 0
+    assert info.rejected_by_reason == {"bad_image": 2, "non_monotonic_stamp": 1,
                                           "duplicate_stamp": 1, "size_changed": 1}
     assert s.pop_events() == []
 
@@ -160,8 +160,8 @@ def test_a_stamp_going_backwards_restarts_the_stream_on_that_frame():
     assert [e.kind for e in events] == ["restart_stamp_backwards"]
     assert str(STAMP0) in events[0].message and str(STAMP0 + 4 * DT) in events[0].message
     info = s.info()
-    assert info["restarts_by_reason"] == {"restart_stamp_backwards": 1}
-    assert info["frames_rejected"] == 0 and info["frames_in"] == 10  # counters go on
+    assert info.restarts_by_reason == {"restart_stamp_backwards": 1}
+    assert info.frames_rejected == 0 and info.frames_in == 10  # counters go on
     assert len(s.trajectory) == 5  # the trajectory is the new stream's
 
 
@@ -170,7 +170,7 @@ def test_a_forward_gap_over_max_gap_s_restarts_the_stream():
     imgs = frames(6)
     run(s, imgs[:3])
     out = s.push(imgs[3], STAMP0 + 2 * DT + 1_500_000_000)  # 1.5 s later
-    assert out == [] and s.info()["phase"] == "scale_frames"  # the first anchor of a new stream
+    assert out == [] and s.info().phase == "scale_frames"  # the first anchor of a new stream
     (event,) = s.pop_events()
     assert event.kind == "restart_stamp_gap" and "1.500 s" in event.message
     assert session(max_gap_s=None).config.max_gap_s is None  # never
@@ -189,7 +189,7 @@ def test_a_new_size_that_persists_restarts_the_stream_on_it():
         with pytest.raises(FrameRejected, match=f"{i + 1} of 3"):
             s.push(square[i], t + (3 + i) * DT)
     out = s.push(square[2], t + 5 * DT)  # the third in a row: a new stream at 56x56
-    assert out == [] and s.info()["model_hw"] == (56, 56)
+    assert out == [] and s.info().model_hw == (56, 56)
     (event,) = s.pop_events()
     assert event.kind == "restart_size_changed" and "42x56" in event.message \
         and "56x56" in event.message
@@ -202,8 +202,8 @@ def test_reset_restarts_the_stream_and_keeps_the_allocation():
     ptr = s.runner.kv_cache.storage.data.data_ptr()
     s.reset()
     info = s.info()
-    assert info["frames_processed"] == 0 and info["phase"] == "scale_frames"
-    assert info["cache"]["frames_committed"] == 0 and info["camera_cache"]["frames_cached"] == 0
+    assert info.frames_processed == 0 and info.phase == "scale_frames"
+    assert info.stream.cache.frames_committed == 0 and info.stream.camera_cache.frames_cached == 0
     assert len(s.trajectory) == 0
     out = run(s, frames(3, seed=5), first=100)
     assert [r.index for r in out] == [0, 1, 2]
@@ -238,8 +238,8 @@ def test_a_reset_lets_the_next_stream_have_another_size():
     run(s, frames(3))  # 60x80 -> 42x56
     s.reset()
     out = run(s, frames(3, hw=(60, 60)))  # -> 56x56: a new allocation, no rejection
-    assert s.info()["model_hw"] == (56, 56) and len(out) == 3
-    assert s.info()["frames_rejected"] == 0
+    assert s.info().model_hw == (56, 56) and len(out) == 3
+    assert s.info().frames_rejected == 0
 
 
 def test_a_backend_that_cannot_run_is_refused_before_the_first_frame():

@@ -16,7 +16,7 @@ def test_rollover_keeps_the_trajectory_continuous_at_every_segment_change():
         num_scale_frames=3, window=3, rollover_keyframes=7, preprocess=SIZE_42x56,
         keyframes=KeyframeConfig(policy="every_n", n=2)))
     results = run(s, frames(40, seed=3))
-    assert s.info()["rollovers"] >= 4 and len(s.rollovers) == s.info()["rollovers"]
+    assert s.info().rollovers >= 4 and len(s.rollovers) == s.info().rollovers
     by_index = {r.index: r for r in results}
     for roll in s.rollovers:
         # The anchor frame, re-estimated in the new segment and aligned, is where it was
@@ -56,15 +56,15 @@ def test_ten_thousand_frames_at_constant_memory_and_cached_tokens(one_thread):
         s.push(img, 1_000 + i)
         if i >= 300 and i % 50 == 0:
             info = s.info()
-            samples.append((s.runner.kv_cache.storage.data.data_ptr(), info["cache"]["bytes_reserved"],
-                            info["camera_cache"]["bytes_reserved"],
-                            info["camera_cache"]["capacity_frames"],
-                            info["cache"]["tokens_visible"], info["cache"]["frames_cached"]))
+            samples.append((s.runner.kv_cache.storage.data.data_ptr(), info.stream.cache.bytes_reserved,
+                            info.stream.camera_cache.bytes_reserved,
+                            info.stream.camera_cache.capacity_frames,
+                            info.stream.cache.tokens_visible, info.stream.cache.frames_cached))
     info = s.info()
-    assert info["frames_processed"] == 10_000 and info["rollovers"] > 100
+    assert info.frames_processed == 10_000 and info.rollovers > 100
     assert len({x[:4] for x in samples}) == 1  # no reallocation, constant bytes
     tokens = [x[4] for x in samples]
-    page = info["cache"]["page_size"]
+    page = info.stream.cache.page_size
     # bounded: scale + window pages plus at most one segment of specials
     assert max(tokens) <= (2 + 3) * page + 6 * 40
     assert max(x[5] for x in samples) == 5
