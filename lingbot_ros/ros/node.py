@@ -45,7 +45,7 @@ from .services import Services
 from .session_build import build_session
 from .session_snapshot import NodeSnapshots
 from .status import Status
-from .stream_scale import StreamScale, units_header
+from .stream_scale import StreamScale
 from .telemetry import NodeTelemetry
 from .tf_listener import TfListener
 from .tf_tree import TransformTree
@@ -390,18 +390,10 @@ class LingbotNode(LifecycleNode):
         scale = self.scale
         return scale.estimate if scale is not None else None
 
-    def map_units(self) -> str:
-        """The units of the map's points: "m" once points were added with a locked scale."""
+    def save_map(self, path):
+        """Write ~/map_points as PLY: (points, their scale snapshot), or None without a map."""
         outputs = self.outputs
-        scale = outputs.map_scale if outputs is not None else None
-        return "m" if scale is not None and scale.output_factor is not None else "model units"
-
-    def save_map(self, path) -> Optional[int]:
-        """Write ~/map_points as PLY; the number of points, or None without a map."""
-        outputs = self.outputs
-        if outputs is None or outputs.map is None:
-            return None
-        return outputs.map.save(path, comments=units_header(outputs.map_scale))
+        return outputs.save_map(path) if outputs is not None else None
 
     def set_paused(self, paused: bool) -> str:
         """~/pause: while paused, images are dropped (counted as dropped_paused) and ~/status

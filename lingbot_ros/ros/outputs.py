@@ -38,6 +38,7 @@ from .session_snapshot import load_node_state, node_state
 from .messages import (camera_info_msg, depth_image, ns_to_stamp, odometry, point_cloud,
                        pose_stamped, scaled_covariance, transform)
 from .path_publisher import PathPublisher
+from .stream_scale import units_header
 from .tf_tree import TransformError
 
 _IDENTITY = np.eye(4)
@@ -65,7 +66,6 @@ class Outputs:
         self._held: deque[HeldFrame] = deque(maxlen=config.path_max_poses or _HOLD_MAX)
         self._published_model_units = False  # publish_model_units: ~/path has such poses
         self.num_withheld = 0  # frames whose metric outputs were withheld (before the lock)
-        self.map_scale: Optional[ScaleEstimate] = None  # the scale of the map's last points
         self._node = node
         self._tf_tree = tf_tree
         self.pose = node.create_publisher(PoseStamped, "~/pose", 10)
@@ -205,6 +205,13 @@ class Outputs:
             return None
         return time.monotonic() - failing[0], failing[1], self.last_tf_failure
 
+    def save_map(self, path) -> Optional[tuple[int, Optional[ScaleEstimate]]]:
+        """~/save_map: write the map as PLY, its header stating the units of its points;
+        (points written, their scale snapshot), or None without a map."""
+        if self.map is None:
+            return None
+        return self.map.save(path, units_header)
+
     def flush_path(self) -> None:
         self.path.flush()
 
@@ -216,7 +223,6 @@ class Outputs:
         self._previous = None
         self._held.clear()
         self._published_model_units = False
-        self.map_scale = None
 
     def node_state(self) -> dict:
         """The outputs' own state for a stream snapshot: the voxel map, the ~/path history."""
@@ -297,6 +303,5 @@ class Outputs:
         if want_cloud:
             self.points.publish(point_cloud(xyz, rgb, stamp, cfg.map_frame))
             self._last_points = now
-        if want_map:
-            self.map.add(xyz, rgb, stamp)
-            self.map_scale = scale
+        if want_map:  # the map's units go in with its points (one lock: ~/save_map)
+            self.map.add(xyz, rgb, stamp, scale)

@@ -149,17 +149,19 @@ class Services:
         if path is None:
             return response
         try:
-            count = node.save_map(path)
+            saved = node.save_map(path)
         except (OSError, ValueError) as exc:
             response.success, response.message = False, f"cannot write {path}: {_reason(exc)}"
             return response
-        if count is None:
+        if saved is None:
             response.success = False
             response.message = "no map: set publish.map_points to true (and reconfigure)"
             return response
+        count, units = saved  # the units the header states: those of the points written
+        metres = units is not None and units.output_factor is not None
         response.success, response.num_points = True, count
         response.message = (f"wrote {count} points ({node.settings.node.map_frame} frame, PLY, "
-                            f"{node.map_units()}) to {path}")
+                            f"{'m' if metres else 'model units'}) to {path}")
         return response
 
 
