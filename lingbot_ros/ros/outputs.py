@@ -37,6 +37,7 @@ from .map_points import MapPoints
 from .session_snapshot import load_node_state, node_state
 from .messages import (camera_info_msg, depth_image, ns_to_stamp, odometry, point_cloud,
                        pose_stamped, scaled_covariance, transform)
+from .node_facts import OutputFacts
 from .path_publisher import PathPublisher
 from .stream_scale import units_header
 from .tf_tree import TransformError
@@ -197,13 +198,12 @@ class Outputs:
             if self._previous is not None and self._previous[0] == held.stamp_ns:
                 self._previous = (held.stamp_ns, T)  # the twist's last pose, now in metres
 
-    def map_to_odom_failing(self) -> Optional[tuple[float, int, str]]:
-        """(seconds since map -> odom last went out, frames failed, last error) while the
-        last frame's failed; None otherwise (or when this node owns odom -> base)."""
-        failing = self._tf_failing  # one read: the worker thread replaces it
-        if failing is None:
-            return None
-        return time.monotonic() - failing[0], failing[1], self.last_tf_failure
+    def facts(self) -> OutputFacts:
+        """What the executor may know of the outputs (``NodeFacts``; the worker publishes
+        it): map -> odom failures, frames withheld, the map's units."""
+        return OutputFacts(tf_failures=self.num_tf_failures, last_tf_failure=self.last_tf_failure,
+                           tf_failing=self._tf_failing, withheld=self.num_withheld,
+                           map_units=self.map.units() if self.map is not None else None)
 
     def save_map(self, path) -> Optional[tuple[int, Optional[ScaleEstimate]]]:
         """~/save_map: write the map as PLY, its header stating the units of its points;
@@ -239,12 +239,6 @@ class Outputs:
         lock are dropped (the restarted stream has a new scale)."""
         self._previous = None
         self._held.clear()
-
-    def info(self) -> dict:
-        info = {"tf_failures": self.num_tf_failures, "scale_withheld_frames": self.num_withheld}
-        if self.map is not None:
-            info.update(self.map.info())
-        return info
 
     def destroy(self) -> None:
         """Publish the poses held back (the last Path holds every pose), remove everything."""
