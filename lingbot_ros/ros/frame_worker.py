@@ -12,12 +12,16 @@ Each accepted image's context (message, TF chain, whether ~/depth is due) waits 
 carries the ticket) is out. A frame the session refuses (a repeated stamp, say) gets no
 ticket and leaves no context, so it can never touch the context of a frame in flight.
 
-State it owns: the queue, the pending contexts, the reset generation and the lock that
-serialises its frame with a reset (``reset`` waits for the image being handed in and
-publishes the frame in flight first; while a reset waits, the worker takes no next frame, so
-a plain lock's unfairness cannot starve it under overload). What it learns goes into the
-``NodeTelemetry`` it is given; it holds no node: its outputs, status sink and log are
-interfaces (``Outputs``/``Status`` and the node's logger in the node; plain objects in tests).
+State it owns: the queue, the pending contexts and the reset generation. The lock that
+serialises its frame with a reset, a load or a save's copy is the stream's
+(``StreamControl``, ros/stream_control.py: one procedure each, with or without this thread):
+a reset waits for the image being handed in and has the frame in flight published first;
+while one waits, the worker takes no next frame, so a plain lock's unfairness cannot starve
+it under overload. What it learns goes into the ``NodeTelemetry`` it is given (counters) and,
+after each turn, one frozen ``NodeFacts`` (the chain, the outputs' facts) into its
+``FactsBoard``: the executor reads those, never ``RobotFrames`` or ``Outputs``. It holds no
+node: its outputs, status sink and log are interfaces (``Outputs``/``Status`` and the
+node's logger in the node; plain objects in tests).
 """
 from __future__ import annotations
 
@@ -28,13 +32,14 @@ from typing import Callable, NamedTuple, Optional, Protocol
 
 from std_msgs.msg import Header
 
-from ..session import FrameFailed, FrameRejected, FrameResult, read_manifest
+from ..session import FrameFailed, FrameRejected, FrameResult
 from .convert import ImageLimits, ImageRejected, compressed_to_array, image_to_array
 from .frame_queue import FrameQueue
 from .messages import ns_to_stamp, stamp_to_ns
+from .node_facts import FactsBoard, NodeFacts
 from .pending_frames import PendingFrame, PendingFrames
 from .robot_frames import RobotFrames, extrinsic_summary
-from .session_snapshot import SnapshotJob, check_scale, restore_scale, take_state
+from .stream_control import StreamControl
 from .stream_scale import StreamScale
 from .telemetry import NodeTelemetry
 
@@ -71,6 +76,7 @@ class FrameOutputs(Protocol):
     def restart(self) -> None: ...
     def clear(self) -> None: ...
     def withholds(self, scale) -> bool: ...
+    def facts(self): ...
 
 
 class FrameWorker:
@@ -78,12 +84,17 @@ class FrameWorker:
                  telemetry: NodeTelemetry, *, robot_frames: RobotFrames, log: Log,
                  queue_size: int, max_image_pixels: int, use_compressed: bool = False,
                  alive: Callable[[], bool] = lambda: True,
-                 scale: Optional[StreamScale] = None, scale_topic=None) -> None:
+                 scale: Optional[StreamScale] = None, scale_topic=None,
+                 facts: Optional[FactsBoard] = None,
+                 control: Optional[StreamControl] = None) -> None:
         """``session``: a ``StreamingSession`` (its public API only); ``robot_frames``: the
         TF chain each image is published in; ``alive``: False once the process is shutting
         down (an error then ends the thread quietly). ``scale``: the stream's metric scale
         (fed each finished frame before its outputs, reset with the stream; None: model
-        units, no ``~/scale``); ``scale_topic``: told of every change (``changed``)."""
+        units, no ``~/scale``); ``scale_topic``: told of every change (``changed``);
+        ``facts``: where each turn's ``NodeFacts`` go (the executor's only view of the chain
+        and the outputs; None: not published); ``control``: the stream's ``StreamControl``
+        (the node's, which outlives the worker; None: one of its own)."""
         self._session = session
         self._outputs = outputs
         self._status = status_sink
@@ -95,19 +106,22 @@ class FrameWorker:
         self._alive = alive
         self._scale = scale
         self._scale_topic = scale_topic
+        self._facts = facts
         # An anchor frame's depth came with the scale phase: the topic's period decides.
         self._num_scale_frames = session.info().startup_latency_frames
         self._queue = FrameQueue(queue_size)
         self._frames = PendingFrames()  # accepted by the session, outcome not yet published
-        self._lock = threading.Lock()  # the session: this thread's frame vs a reset
-        self._no_reset_waiting = threading.Event()  # cleared while a reset waits for the lock
-        self._no_reset_waiting.set()
+        # reset, load and save between two frames, with or without this thread running
+        self._control = control if control is not None else StreamControl(
+            session, telemetry, log, scale)
+        self._lock = self._control.lock  # the session: this thread's frame vs a reset
         self._generation = 0
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._last_tf_warning = -math.inf
         self._last_warning: dict[str, float] = {}  # what -> time.monotonic()
         self._restart_note = ""  # the last restart, for the next INITIALIZING status
+        self._control.attach(self)  # until stop(): a reset or load goes through this worker
         telemetry.set_session_info(session.info())
 
     # -- the executor's side -------------------------------------------------------------------
@@ -120,70 +134,41 @@ class FrameWorker:
         return self._queue.clear()
 
     def reset(self) -> int:
-        """Clear the stream: queue, the frame in flight (published first), session, pending
-        contexts, outputs. Waits only for the frame being handed in. Returns the number of
-        queued images dropped (counted ``dropped_reset``)."""
-        self._no_reset_waiting.clear()
-        try:
-            with self._lock:
-                self._generation += 1
-                dropped = self._queue.clear()
-                self._telemetry.count("dropped_reset", dropped)
-                self._publish_in_flight()
-                self._session.reset()
-                self._telemetry.count("dropped_reset", self._frames.clear())  # anchors waiting
-                self._outputs.clear()
-                self._reset_scale()
-                self._telemetry.stream_reset(self._session.info())
-                applied = self._robot_frames.restart()
-                if applied:
-                    self._log.warning(applied)
-        finally:
-            self._no_reset_waiting.set()
-        return dropped
+        """Clear the stream (``StreamControl.reset``): queue, the frame in flight (published
+        first), session, pending contexts, outputs. Waits only for the frame being handed
+        in. Returns the number of queued images dropped (counted ``dropped_reset``)."""
+        return self._control.reset()
 
-    def save_session(self, path, node_state=None, extra=None) -> SnapshotJob:
-        """~/save_session: the returned ``SnapshotJob`` takes the stream on its own thread
-        between two frames like a reset (the frame in flight is published first, then the
-        stream is copied to the host: all the worker waits for), then writes it; the caller
-        never waits for either. ``node_state``: a callable giving the outputs' own state;
-        the scale estimate is saved with it. A stream that cannot be taken fails the job
-        (``SnapshotError``'s reason)."""
-        def take():
-            self._no_reset_waiting.clear()
-            try:
-                with self._lock:
-                    self._publish_in_flight()
-                    state = node_state() if node_state is not None else None
-                    return take_state(self._session, state, extra, scale=self._scale)
-            finally:
-                self._no_reset_waiting.set()
-        return SnapshotJob(take, path)
+    # -- the stream's side (StreamControl calls these under its lock, between two frames) ----
+    def publish_in_flight(self) -> None:
+        self._publish_in_flight()
 
-    def load_session(self, path, load_node_state=None) -> dict:
-        """~/load_session: replace the stream by the snapshot at ``path`` between two frames
-        (the frame in flight is published first; queued images are dropped, counted
-        ``dropped_reset``). The scale estimate continues from the snapshot's (one made under
-        another ``scale.source`` is refused before anything changes). ``SnapshotError``, and
-        the stream untouched, when it cannot be restored. Returns its manifest."""
-        self._no_reset_waiting.clear()
-        try:
-            with self._lock:
-                self._publish_in_flight()
-                if self._scale is not None:  # refused before the stream is touched
-                    check_scale(read_manifest(path), self._scale)
-                manifest = self._session.snapshots.restore(path)
-                self._generation += 1
-                self._telemetry.count("dropped_reset",
-                                      self._queue.clear() + self._frames.clear())
-                self._outputs.clear()
-                self._restore_scale(manifest)
-                if load_node_state is not None:
-                    load_node_state(manifest.get("front_end_state"))
-                self._telemetry.stream_reset(self._session.info())
-                return manifest
-        finally:
-            self._no_reset_waiting.set()
+    def drop_queue(self) -> int:
+        """A new stream: the images queued before it are dropped (and any a callback queues
+        meanwhile: their generation is old)."""
+        self._generation += 1
+        return self._queue.clear()
+
+    def new_stream(self, *, restart_frames: bool) -> None:
+        """The contexts of frames still in the old stream (anchors waiting) are dropped,
+        counted; the outputs start empty; ``restart_frames``: a changed extrinsic applies."""
+        self._telemetry.count("dropped_reset", self._frames.clear())
+        self._outputs.clear()
+        if restart_frames:
+            applied = self._robot_frames.restart()
+            if applied:
+                self._log.warning(applied)
+
+    def node_state(self):
+        """The outputs' own state for a snapshot (the map, the path)."""
+        return self._outputs.node_state()
+
+    def scale_changed(self, estimate) -> None:
+        if self._scale_topic is not None:
+            self._scale_topic.changed(estimate)
+
+    def publish_facts(self) -> None:
+        self._publish_facts()
 
     def start(self) -> None:
         self._stop.clear()
@@ -191,11 +176,13 @@ class FrameWorker:
         self._thread.start()
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Stop after the current image; the frame in flight is published first."""
+        """Stop after the current image; the frame in flight is published first. The stream
+        is detached from this worker (a reset or load then runs without it)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=timeout)
             self._thread = None
+        self._control.attach(None)
 
     # -- the worker thread ---------------------------------------------------------------------
     def run_once(self, timeout: float = 0.1) -> bool:
@@ -205,21 +192,31 @@ class FrameWorker:
         call it directly.)"""
         in_flight = self._session.in_flight
         item = self._queue.get(timeout=min(timeout, 0.001) if in_flight else timeout)
-        self._no_reset_waiting.wait()  # a waiting reset goes first (it drops this frame)
+        self._control.wait_turn()  # a waiting reset goes first (it drops this frame)
         with self._lock:
             if item is None:
                 if self._session.in_flight_done():
                     self._publish_outcomes(self._session.collect())
+                    self._publish_facts()
             elif item.generation != self._generation:
                 self._telemetry.count("dropped_reset")
             else:
-                self._process(item)
+                try:
+                    self._process(item)
+                finally:
+                    self._publish_facts()
         return item is not None
 
     def finish(self) -> None:
         """Finish and publish the frame still on the GPU, if any (not dropped)."""
         with self._lock:
             self._publish_in_flight()
+            self._publish_facts()
+
+    def _publish_facts(self) -> None:
+        """The turn's ``NodeFacts``, whole: the executor reads nothing else of the worker's."""
+        if self._facts is not None:
+            self._facts.publish(NodeFacts(self._robot_frames.facts(), self._outputs.facts()))
 
     def _work(self) -> None:
         while not self._stop.is_set():
@@ -402,20 +399,6 @@ class FrameWorker:
             self._restart_note = event.message  # for the next INITIALIZING status
             self._log.warning(f"{event.message} (image stamp "
                               f"{header.stamp.sec}.{header.stamp.nanosec:09d})")
-
-    def _restore_scale(self, manifest: dict) -> None:
-        """A restored stream's scale: the snapshot's estimate continues (or, without one in
-        the snapshot, a new estimate, with a warning)."""
-        if self._scale is None:
-            return
-        try:
-            estimate, warning = restore_scale(manifest, self._scale)
-        except ValueError as exc:  # checked before the restore: only a file changed meanwhile
-            estimate, warning = self._scale.reset(), f"{exc}: the scale is estimated anew"
-        if warning:
-            self._log.warning(warning)
-        if self._scale_topic is not None:
-            self._scale_topic.changed(estimate)
 
     def _reset_scale(self) -> None:
         """A new stream (reset, restart): a new scale estimate (a rollover keeps it)."""

@@ -6,7 +6,9 @@ the same rate when it changed, so building a large cloud message never delays a 
 map is transient local (depth 1): a late RViz gets the last one. Memory stays under
 ``map.max_points`` points: the voxel map coarsens (its voxel edge doubles) instead of
 forgetting places. Points come in the outputs' units (metres once a scale source has
-locked; docs/scale.md), so the voxel edge is in those units too.
+locked; docs/scale.md), so the voxel edge is in those units too. The map owns its units: each
+``add`` brings the scale snapshot its points are in, set under the same lock as the points,
+so ~/save_map's header always states the units of the points it writes.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import math
 import threading
 import time
 from pathlib import Path
+from typing import Callable, Optional
 
 import numpy as np
 from rclpy.clock import Clock, ClockType
@@ -21,6 +24,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import PointCloud2
 
 from ..geometry import VoxelMap, write_ply
+from ..scale import ScaleEstimate
 from .messages import point_cloud
 
 
@@ -35,6 +39,7 @@ class MapPoints:
         self._changed = False
         self._last_add = -math.inf  # time.monotonic() of the last add
         self._stamp = None  # the stamp of the last keyframe added
+        self._units: Optional[ScaleEstimate] = None  # the scale of the last points added
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self._pub = node.create_publisher(PointCloud2, "~/map_points", latched)
@@ -46,28 +51,41 @@ class MapPoints:
         """Whether the next keyframe's points should be added (checked before computing them)."""
         return time.monotonic() - self._last_add >= self._period
 
-    def add(self, xyz: np.ndarray, rgb: np.ndarray, stamp) -> None:
-        """Points (N, 3) in the map frame with their colours; worker thread."""
+    def add(self, xyz: np.ndarray, rgb: np.ndarray, stamp,
+            units: Optional[ScaleEstimate] = None) -> None:
+        """Points (N, 3) in the map frame with their colours, in the units of ``units`` (the
+        frame's scale snapshot; None: model units); worker thread."""
         with self._lock:
             self._map.add(xyz, rgb)
+            self._units = units
             self._changed = True
             self._last_add = time.monotonic()
             self._stamp = stamp
 
     def clear(self) -> None:
-        """Forget the map (reset) and publish it empty at once."""
+        """Forget the map (reset) and its units, and publish it empty at once."""
         with self._lock:
             self._map.clear()
+            self._units = None
             self._changed = True
             self._last_add = -math.inf
         self._publish_if_changed()
 
-    def save(self, path: Path, comments=()) -> int:
-        """Write the map as PLY (atomically); the number of points written. ``comments``:
-        header lines (units, scale source and value)."""
-        xyz, rgb = self.snapshot()
-        write_ply(path, xyz, rgb, comments=comments)
-        return len(xyz)
+    def save(self, path: Path, header: Callable[[Optional[ScaleEstimate]], list]
+             ) -> tuple[int, Optional[ScaleEstimate]]:
+        """Write the map as PLY (atomically); (the number of points written, their units).
+        ``header(units)``: the header lines (units, scale source and value) of the points'
+        units, taken with the points under one lock."""
+        with self._lock:
+            xyz, rgb = self._map.arrays()
+            xyz, rgb, units = xyz.copy(), rgb.copy(), self._units
+        write_ply(path, xyz, rgb, comments=header(units))
+        return len(xyz), units
+
+    def units(self) -> Optional[ScaleEstimate]:
+        """The scale snapshot of the map's last points (None: model units, or empty)."""
+        with self._lock:
+            return self._units
 
     def state_dict(self) -> dict:
         """The voxel map as plain data (a stream snapshot's part)."""

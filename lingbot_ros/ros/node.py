@@ -5,8 +5,11 @@ timers read snapshots), one worker thread (``FrameWorker``, while active) runs t
 and publishes. State owners (docs/architecture.md): the node owns the lifecycle, the settings,
 the session object's lifetime and the pause switch (all changed on the executor thread only);
 the worker owns the queue, the frames in flight and the lock that serialises its frame with a
-reset; ``NodeTelemetry`` owns the counters and last-frame facts (locked; ~/status, the services
-and /diagnostics read its snapshots). ``main()`` lives in ``ros/main.py``; configure's heavy
+reset; ``NodeTelemetry`` owns the counters (locked) and the worker publishes one frozen
+``NodeFacts`` a frame (the chain, the outputs' facts) into ``facts``: ~/status, the services and
+/diagnostics read those snapshots, through narrow read functions (``StatusReads``,
+``ServiceCalls``), never the node. ``StreamControl`` (from configure to cleanup) runs reset,
+load and save, one procedure each with or without a worker. ``main()`` lives in ``ros/main.py``; configure's heavy
 part in ``ros/session_build.py``; the scale source's inputs in ``ros/scale_inputs.py``; the
 snapshot handlers (resume, save, load, save on shutdown) in ``ros/session_snapshot.py``.
 
@@ -41,11 +44,13 @@ from .node_files import check_snapshot_paths, open_files_root, unconfined_warnin
 from .robot_frames import RobotFrames, tf_tree_mode
 from .scale_inputs import scale_inputs
 from .scale_topic import ScalePublisher
-from .services import Services
+from .node_facts import FactsBoard, NodeFacts
+from .services import ServiceCalls, Services, StreamView
 from .session_build import build_session
 from .session_snapshot import NodeSnapshots
-from .status import Status
-from .stream_scale import StreamScale, units_header
+from .status import Status, StatusReads
+from .stream_control import StreamControl
+from .stream_scale import StreamScale
 from .telemetry import NodeTelemetry
 from .tf_listener import TfListener
 from .tf_tree import TransformTree
@@ -70,6 +75,8 @@ class LingbotNode(LifecycleNode):
         self.files: Optional[FileRoot] = None  # files.root: every caller's path (node_files.py)
         self.session: Optional[StreamingSession] = None
         self.telemetry = NodeTelemetry()  # counters since the node started (written by the worker)
+        self.facts = FactsBoard()  # the worker's NodeFacts (the chain, the outputs' facts)
+        self.stream: Optional[StreamControl] = None  # reset, load, save; configure to cleanup
         self.gc_pauses = GcPauses()  # the collector's full collections, timed (/diagnostics)
         self.gc_pauses.install()
         self.camera_info: Optional[CameraInfo] = None
@@ -89,7 +96,7 @@ class LingbotNode(LifecycleNode):
         self.configure_job: Optional[BackgroundJob] = None  # the heavy part of a configure
         # resume_from, ~/save_session, ~/load_session, save_on_shutdown; holds a restored
         # snapshot's map and path until activate
-        self.snapshots = NodeSnapshots(self)
+        self.snapshots = NodeSnapshots(self.get_logger())
 
     def destroy_node(self) -> None:
         """Destroy the node's entities and the node itself, including the lifecycle state
@@ -159,6 +166,7 @@ class LingbotNode(LifecycleNode):
             return TransitionCallbackReturn.FAILURE
         self.settings, self.session, self.files = settings, session, files
         self.scale = scale
+        self.stream = StreamControl(session, self.telemetry, self.get_logger(), scale)
         if resumed is not None:  # its map and path wait for activate
             self.snapshots.resumed(resumed, settings.resume_from)
         info = session.info()
@@ -168,7 +176,7 @@ class LingbotNode(LifecycleNode):
             return TransitionCallbackReturn.FAILURE
         try:
             if self._service_handles is None:  # still there after a cleanup
-                self._service_handles = Services(self)
+                self._service_handles = Services(self, self._service_calls())
         except Exception as exc:  # e.g. the interface package is not installed
             self.get_logger().error(f"configure failed: cannot create services: {exc}")
             self._release()
@@ -210,12 +218,14 @@ class LingbotNode(LifecycleNode):
         self.scale_topic = ScalePublisher(self, cfg.map_frame, lambda: scale.estimate,
                                           stamp_ns=scale.stamp_ns)
         self.snapshots.load_pending(self.outputs)  # a restored snapshot's map and path
-        self.status = Status(self)
+        self.facts.publish(NodeFacts(self.robot_frames.facts(), self.outputs.facts()))
+        self.status = Status(self, cfg, self._status_reads())
         self.worker = FrameWorker(
             self.session, self.outputs, self.status, self.telemetry,
             robot_frames=self.robot_frames, log=self.get_logger(), queue_size=cfg.queue_size,
             max_image_pixels=cfg.max_image_pixels, use_compressed=cfg.use_compressed,
-            alive=self.context.ok, scale=self.scale, scale_topic=self.scale_topic)
+            alive=self.context.ok, scale=self.scale, scale_topic=self.scale_topic,
+            facts=self.facts, control=self.stream)
         self.image_input = ImageInput(  # its QoS fits the camera
             self, cfg, self._on_image,
             on_malformed=self._on_malformed_image if cfg.image_raw_take else None)
@@ -256,7 +266,7 @@ class LingbotNode(LifecycleNode):
     def on_shutdown(self, state: Optional[LifecycleState]) -> TransitionCallbackReturn:
         """Stop and free everything (with ``session.save_on_shutdown``, the stream is saved
         first); the process then exits (``finished``)."""
-        self.snapshots.save_on_shutdown()
+        self.snapshots.save_on_shutdown(self.settings, self.stream, self.worker, self.outputs)
         self._stop_io()
         self._release()
         self._configured = False
@@ -330,6 +340,7 @@ class LingbotNode(LifecycleNode):
             self._service_handles = None
         self.session = None
         self.scale = None
+        self.stream = None
         self.snapshots.discard_pending()
         self.telemetry.set_session_info(None)
         self.gc_pauses.unfreeze()  # what gc_freeze kept out of the sweeps can be freed again
@@ -366,42 +377,48 @@ class LingbotNode(LifecycleNode):
     def _on_camera_info(self, msg: CameraInfo) -> None:
         self.camera_info = msg
 
-    # -- snapshots (ros/session_snapshot.py) -----------------------------------------------
+    # -- what the executor's readers get (never the node) -------------------------------------
+    def _status_reads(self) -> StatusReads:
+        outputs, scale = self.outputs, self.scale
+
+        def image_qos():  # the image input is created after the status
+            image_input = self.image_input
+            return image_input.describe() if image_input is not None else None
+        return StatusReads(
+            telemetry=self.telemetry, device=self.settings.session.device,
+            facts=self.facts.read, paused=lambda: self.paused, scale=lambda: scale,
+            map_info=outputs.map.info if outputs.map is not None else dict,
+            gc=self.gc_pauses.describe, camera_info=lambda: self.camera_info,
+            image_qos=image_qos)
+
+    def _service_calls(self) -> ServiceCalls:
+        return ServiceCalls(
+            stream=self._stream_view, reset=self.reset_stream, pause=self.set_paused,
+            save_map=self.save_map, save_session=self.save_session,
+            load_session=self.load_session, session_info=self.telemetry.session_info,
+            facts=self.facts.read)
+
+    def _stream_view(self) -> Optional[StreamView]:
+        """The configured stream as the services see it (None: unconfigured)."""
+        settings, session, files, scale = self.settings, self.session, self.files, self.scale
+        if session is None:
+            return None
+        return StreamView(session.trajectory, settings.node.map_frame, files,
+                          scale.estimate if scale is not None else None)
+
+    # -- services' side ----------------------------------------------------------------------
     def save_session(self, path):
-        """~/save_session: the ``SnapshotJob`` writing it (ros/session_snapshot.py)."""
-        return self.snapshots.save(path)
+        """~/save_session: the ``SnapshotJob`` writing it (ros/stream_control.py)."""
+        return self.stream.save(path)
 
     def load_session(self, path) -> tuple[bool, str, int]:
         """~/load_session: (success, message, frames)."""
-        return self.snapshots.load(path)
+        return self.snapshots.load(self.stream, path, self.outputs)
 
-    # -- services' side ----------------------------------------------------------------------
-    def outputs_info(self) -> dict:
-        """The outputs' counters for diagnostics (map size, TF failures); {} when inactive."""
-        outputs, scale = self.outputs, self.scale
-        info = outputs.info() if outputs is not None else {}
-        if scale is not None:
-            info.update(scale.info())
-        return info
-
-    def scale_estimate(self):
-        """The stream's scale snapshot (``ScaleEstimate``; None when unconfigured): the units
-        ~/pose and save_trajectory are in."""
-        scale = self.scale
-        return scale.estimate if scale is not None else None
-
-    def map_units(self) -> str:
-        """The units of the map's points: "m" once points were added with a locked scale."""
+    def save_map(self, path):
+        """Write ~/map_points as PLY: (points, their scale snapshot), or None without a map."""
         outputs = self.outputs
-        scale = outputs.map_scale if outputs is not None else None
-        return "m" if scale is not None and scale.output_factor is not None else "model units"
-
-    def save_map(self, path) -> Optional[int]:
-        """Write ~/map_points as PLY; the number of points, or None without a map."""
-        outputs = self.outputs
-        if outputs is None or outputs.map is None:
-            return None
-        return outputs.map.save(path, comments=units_header(outputs.map_scale))
+        return outputs.save_map(path) if outputs is not None else None
 
     def set_paused(self, paused: bool) -> str:
         """~/pause: while paused, images are dropped (counted as dropped_paused) and ~/status
@@ -419,20 +436,13 @@ class LingbotNode(LifecycleNode):
         return "resumed"
 
     def reset_stream(self) -> Optional[str]:
-        """Clear session, queue and path; waits for the frame in flight (if any).
-
-        Returns what was done, or None when there is no session (unconfigured)."""
+        """Clear session, queue and path (``StreamControl.reset``, active or not); waits for
+        the frame in flight (if any). Returns what was done, or None when unconfigured."""
         t0 = time.monotonic()
-        if self.session is None:
+        stream = self.stream
+        if stream is None:
             return None
-        if self.worker is not None:  # active: the worker resets between two of its frames
-            dropped = self.worker.reset()
-        else:  # inactive: no worker thread, nothing in flight (it published it on stopping)
-            self.session.reset()
-            if self.scale is not None:
-                self.scale.reset()
-            self.telemetry.stream_reset(self.session.info())
-            dropped = 0
+        dropped = stream.reset()
         return (f"reset: caches and trajectory cleared, {dropped} queued frame(s) dropped "
                 f"in {(time.monotonic() - t0) * 1e3:.1f} ms")
 

@@ -37,7 +37,9 @@ from .map_points import MapPoints
 from .session_snapshot import load_node_state, node_state
 from .messages import (camera_info_msg, depth_image, ns_to_stamp, odometry, point_cloud,
                        pose_stamped, scaled_covariance, transform)
+from .node_facts import OutputFacts
 from .path_publisher import PathPublisher
+from .stream_scale import units_header
 from .tf_tree import TransformError
 
 _IDENTITY = np.eye(4)
@@ -65,7 +67,6 @@ class Outputs:
         self._held: deque[HeldFrame] = deque(maxlen=config.path_max_poses or _HOLD_MAX)
         self._published_model_units = False  # publish_model_units: ~/path has such poses
         self.num_withheld = 0  # frames whose metric outputs were withheld (before the lock)
-        self.map_scale: Optional[ScaleEstimate] = None  # the scale of the map's last points
         self._node = node
         self._tf_tree = tf_tree
         self.pose = node.create_publisher(PoseStamped, "~/pose", 10)
@@ -197,13 +198,19 @@ class Outputs:
             if self._previous is not None and self._previous[0] == held.stamp_ns:
                 self._previous = (held.stamp_ns, T)  # the twist's last pose, now in metres
 
-    def map_to_odom_failing(self) -> Optional[tuple[float, int, str]]:
-        """(seconds since map -> odom last went out, frames failed, last error) while the
-        last frame's failed; None otherwise (or when this node owns odom -> base)."""
-        failing = self._tf_failing  # one read: the worker thread replaces it
-        if failing is None:
+    def facts(self) -> OutputFacts:
+        """What the executor may know of the outputs (``NodeFacts``; the worker publishes
+        it): map -> odom failures, frames withheld, the map's units."""
+        return OutputFacts(tf_failures=self.num_tf_failures, last_tf_failure=self.last_tf_failure,
+                           tf_failing=self._tf_failing, withheld=self.num_withheld,
+                           map_units=self.map.units() if self.map is not None else None)
+
+    def save_map(self, path) -> Optional[tuple[int, Optional[ScaleEstimate]]]:
+        """~/save_map: write the map as PLY, its header stating the units of its points;
+        (points written, their scale snapshot), or None without a map."""
+        if self.map is None:
             return None
-        return time.monotonic() - failing[0], failing[1], self.last_tf_failure
+        return self.map.save(path, units_header)
 
     def flush_path(self) -> None:
         self.path.flush()
@@ -216,7 +223,6 @@ class Outputs:
         self._previous = None
         self._held.clear()
         self._published_model_units = False
-        self.map_scale = None
 
     def node_state(self) -> dict:
         """The outputs' own state for a stream snapshot: the voxel map, the ~/path history."""
@@ -233,12 +239,6 @@ class Outputs:
         lock are dropped (the restarted stream has a new scale)."""
         self._previous = None
         self._held.clear()
-
-    def info(self) -> dict:
-        info = {"tf_failures": self.num_tf_failures, "scale_withheld_frames": self.num_withheld}
-        if self.map is not None:
-            info.update(self.map.info())
-        return info
 
     def destroy(self) -> None:
         """Publish the poses held back (the last Path holds every pose), remove everything."""
@@ -297,6 +297,5 @@ class Outputs:
         if want_cloud:
             self.points.publish(point_cloud(xyz, rgb, stamp, cfg.map_frame))
             self._last_points = now
-        if want_map:
-            self.map.add(xyz, rgb, stamp)
-            self.map_scale = scale
+        if want_map:  # the map's units go in with its points (one lock: ~/save_map)
+            self.map.add(xyz, rgb, stamp, scale)

@@ -24,7 +24,7 @@ import numpy as np
 from .node_config import NodeConfig
 from ..geometry import T_BODY_OPTICAL, matrix_to_tq
 from .frames import FrameChain
-from .health import ERROR, OK
+from .node_facts import FramesFacts
 from .tf_tree import ExtrapolationError, TransformError
 
 DEFAULT_CAMERA_FRAME = "camera_optical_frame"  # images without a frame_id
@@ -62,6 +62,7 @@ class RobotFrames:
         self._pending = None  # a different base -> camera seen since: applied on restart()
         self._last_check = -math.inf
         self._tq_texts: dict[bytes, str] = {}  # the extrinsics' text (diagnostics), by value
+        self._tf_tree = tf_tree_mode(config)
 
     def camera_frame(self, header_frame_id: str) -> str:
         return self.config.camera_frame or header_frame_id or DEFAULT_CAMERA_FRAME
@@ -159,34 +160,24 @@ class RobotFrames:
                 f"robot_state_publisher on /tf_static); frames are dropped until it arrives. "
                 f"A bare camera without TF: set frames.base to ''. ({self.last_error})")
 
-    def health(self, now: float) -> Optional[tuple[int, str]]:
-        """(level, message) while waiting for the extrinsic: OK at first (start-up), ERROR
-        after ``tf.wait_for_extrinsic_s``; None when not waiting."""
-        if self.waiting_since is None:
-            return None
-        waited = now - self.waiting_since
-        level = ERROR if waited >= self.config.wait_for_extrinsic_s else OK
-        return level, f"no transform {self.waiting_for} for {waited:.0f} s: " + \
-            self.waiting_message()
-
-    def describe(self) -> dict:
-        """Diagnostics key/values: the tree, the tracked frame, the extrinsic in use."""
+    def facts(self) -> FramesFacts:
+        """What the executor may know of the frames (``NodeFacts``; the worker publishes it):
+        the tree, the chain in use, a pending extrinsic, the wait for TF."""
         cfg = self.config
-        out = {"tf_tree": tf_tree_mode(cfg),
-               "scale": "monocular: the model's units, not metres"}
-        if self.chain is not None:
-            out["tracked_frame"] = self.chain.tracked_frame
-            out["camera_frame"] = self.chain.camera_frame
-            if not cfg.camera_only:
-                out["extrinsic_base_optical"] = self._tq_text(self.chain.T_base_optical)
-                if self._pending is not None:
-                    out["extrinsic_pending"] = (f"{self._tq_text(self._pending)} (base -> "
-                                                f"{self.chain.camera_frame}; on ~/reset)")
-        return out
+        chain, pending, robot = self.chain, self._pending, not cfg.camera_only
+        waiting = self.waiting_since is not None
+        return FramesFacts(
+            tf_tree=self._tf_tree, wait_for_extrinsic_s=cfg.wait_for_extrinsic_s,
+            chain=chain,
+            extrinsic=self._tq_text(chain.T_base_optical) if robot and chain else "",
+            pending_extrinsic=(self._tq_text(pending) if robot and chain and pending is not None
+                               else ""),
+            waiting_since=self.waiting_since, waiting_for=self.waiting_for if waiting else "",
+            waiting_message=self.waiting_message() if waiting else "")
 
     def _tq_text(self, T) -> str:
-        """``_tq(T)``, made once per value: each /diagnostics tick shows the extrinsic, which
-        changes only with a new camera mount (~50 us of numpy per tick saved)."""
+        """``_tq(T)``, made once per value: each frame's facts carry the extrinsic, which
+        changes only with a new camera mount (~50 us of numpy per frame saved)."""
         key = np.asarray(T, dtype=np.float64).tobytes()
         text = self._tq_texts.get(key)
         if text is None:

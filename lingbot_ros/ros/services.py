@@ -1,9 +1,15 @@
 """The node's services: ~/reset, ~/pause, ~/get_cache_info, ~/save_trajectory, ~/save_map,
-~/save_session, ~/load_session."""
+~/save_session, ~/load_session.
+
+The handlers get ``ServiceCalls``, not the node: the node's actions (reset, pause, saves,
+load) and its reads (the configured stream's ``StreamView``, the session's info, the
+worker's latest ``NodeFacts``), each a function."""
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable, Optional
 
 import numpy as np
 from lingbot_ros_interfaces.msg import CacheInfo
@@ -17,8 +23,33 @@ from .frames import FrameChain
 from .messages import cache_info
 from .node_files import write_target
 from .robot_frames import DEFAULT_CAMERA_FRAME
+from .node_facts import NodeFacts
 from .session_snapshot import wait_done
 from .stream_scale import units_header
+
+
+@dataclass(frozen=True)
+class StreamView:
+    """The configured stream, as the services read it at one request."""
+
+    trajectory: Any  # the session's Trajectory (its snapshot() is locked)
+    map_frame: str
+    files: Any  # the FileRoot every caller's path is confined to
+    scale: Any  # the ScaleEstimate ~/pose is in (None: no scale)
+
+
+@dataclass(frozen=True)
+class ServiceCalls:
+    """What the services call and read (the node provides each)."""
+
+    stream: Callable[[], Optional[StreamView]]  # None: unconfigured
+    reset: Callable[[], Optional[str]]
+    pause: Callable[[bool], str]
+    save_map: Callable[[Path], Optional[tuple]]  # (points, their ScaleEstimate); None: no map
+    save_session: Callable[[Path], Any]  # a SnapshotJob
+    load_session: Callable[[Path], tuple[bool, str, int]]
+    session_info: Callable[[], Optional[Any]]  # NodeTelemetry.session_info
+    facts: Callable[[], Optional[NodeFacts]]  # the worker's latest
 
 
 class Services:
@@ -26,8 +57,10 @@ class Services:
     a bug) is ``success: false`` with the reason, never an exception in the executor (which
     would end the node)."""
 
-    def __init__(self, node) -> None:
+    def __init__(self, node, calls: ServiceCalls) -> None:
+        """``node``: the rclpy node the services, the log and the clock belong to."""
         self._node = node
+        self._calls = calls
         group = MutuallyExclusiveCallbackGroup()  # never blocked by the image intake
         self._services = [
             node.create_service(srv_type, name, self._answered(name, handler),
@@ -77,18 +110,17 @@ class Services:
         self._services = []
 
     def _reset(self, request, response):
-        node = self._node
-        message = node.reset_stream()
+        message = self._calls.reset()
         if message is None:
             response.success, response.message = False, "not configured: nothing to reset"
             return response
         response.message = message
         response.success = True
-        node.get_logger().info(response.message)
+        self._node.get_logger().info(response.message)
         return response
 
     def _cache_info(self, request, response):
-        snapshot = self._node.telemetry.session_info()
+        snapshot = self._calls.session_info()
         stamp = self._node.get_clock().now().to_msg()
         if snapshot is None:
             response.success, response.message = False, "not configured: no cache"
@@ -107,61 +139,60 @@ class Services:
         return response
 
     def _pause(self, request, response):
-        node = self._node
-        if node.session is None:
+        if self._calls.stream() is None:
             response.success, response.message = False, "not configured: nothing to pause"
             return response
-        response.message = node.set_paused(bool(request.data))
+        response.message = self._calls.pause(bool(request.data))
         response.success = True
-        node.get_logger().info(f"~/pause {request.data}: {response.message}")
+        self._node.get_logger().info(f"~/pause {request.data}: {response.message}")
         return response
 
     def _save(self, request, response):
-        node = self._node
-        session, settings = node.session, node.settings  # a cleanup may run meanwhile
-        path = _target(node, session, "no trajectory", request.path, response)
+        stream = self._calls.stream()  # one read: a cleanup may run meanwhile
+        path = _target(stream, "no trajectory", request.path, response)
         if path is None:
             return response
-        stamps, poses = session.trajectory.snapshot()
-        frames = node.robot_frames
-        chain = frames.chain if frames is not None else None
+        stamps, poses = stream.trajectory.snapshot()
+        facts = self._calls.facts()
+        chain = facts.frames.chain if facts is not None else None
         if chain is None:  # no pose published yet (so none to write): any chain will do
             chain = FrameChain.camera_only(DEFAULT_CAMERA_FRAME, True)
-        scale = node.scale_estimate()  # the units of ~/pose: metres once the scale locked
+        scale = stream.scale  # the units of ~/pose: metres once the scale locked
         k = scale.output_factor if scale is not None else None
         in_map = np.array([chain.tracked_in_map(p, k) for p in poses]).reshape(-1, 4, 4)
         try:
             write_tum(path, stamps, in_map, frame=(
-                f"{chain.tracked_frame} in {settings.node.map_frame} (REP-105, as ~/pose)"),
+                f"{chain.tracked_frame} in {stream.map_frame} (REP-105, as ~/pose)"),
                 header=units_header(scale))
         except (OSError, ValueError) as exc:  # ValueError: non-finite poses
             response.success, response.message = False, f"cannot write {path}: {_reason(exc)}"
             return response
         response.success, response.num_poses = True, len(stamps)
         response.message = (f"wrote {len(stamps)} poses of {chain.tracked_frame} in "
-                            f"{settings.node.map_frame} (TUM, {'m' if k else 'model units'}) "
+                            f"{stream.map_frame} (TUM, {'m' if k else 'model units'}) "
                             f"to {path}")
         return response
 
     def _save_map(self, request, response):
-        node = self._node
-        path = _target(node, node.session, "no map", request.path, response)
+        stream = self._calls.stream()
+        path = _target(stream, "no map", request.path, response)
         if path is None:
             return response
         try:
-            count = node.save_map(path)
+            saved = self._calls.save_map(path)
         except (OSError, ValueError) as exc:
             response.success, response.message = False, f"cannot write {path}: {_reason(exc)}"
             return response
-        if count is None:
+        if saved is None:
             response.success = False
             response.message = "no map: set publish.map_points to true (and reconfigure)"
             return response
+        count, units = saved  # the units the header states: those of the points written
+        metres = units is not None and units.output_factor is not None
         response.success, response.num_points = True, count
-        response.message = (f"wrote {count} points ({node.settings.node.map_frame} frame, PLY, "
-                            f"{node.map_units()}) to {path}")
+        response.message = (f"wrote {count} points ({stream.map_frame} frame, PLY, "
+                            f"{'m' if metres else 'model units'}) to {path}")
         return response
-
 
     async def _save_session(self, request, response):
         """~/save_session: the stream's snapshot (a directory), path rules as for
@@ -169,10 +200,10 @@ class Services:
         runs images, timers and the other services while the files are written
         (session_snapshot.wait_done); a second save waits for the first (its own group)."""
         node = self._node
-        path = _target(node, node.session, "no stream", request.path, response)
+        path = _target(self._calls.stream(), "no stream", request.path, response)
         if path is None:
             return response
-        job = node.save_session(path)
+        job = self._calls.save_session(path)
         ok, message, nbytes, frames = await wait_done(job, node.executor)
         response.success, response.message = ok, message
         response.bytes, response.frames = int(nbytes), int(frames)
@@ -184,17 +215,18 @@ class Services:
 
     def _load_session(self, request, response):
         node = self._node
-        if node.session is None:
+        stream = self._calls.stream()
+        if stream is None:
             response.success, response.message = False, "not configured: no stream to replace"
             return response
         try:  # confined to files.root, every link followed (a folder is read, never written)
-            path = node.files.resolve(request.path)
+            path = stream.files.resolve(request.path)
         except OSError as exc:
             response.success = False
             response.message = f"not loaded (the stream is unchanged): {_reason(exc)}"
             node.get_logger().warning(f"~/load_session: {response.message}")
             return response
-        ok, message, frames = node.load_session(path)
+        ok, message, frames = self._calls.load_session(path)
         response.success, response.message, response.frames = ok, message, int(frames)
         if ok:  # one severity per call site (rclpy refuses a change between calls)
             node.get_logger().info(f"~/load_session: {message}")
@@ -207,19 +239,20 @@ def _reason(exc: Exception) -> str:
     return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
 
 
-def _target(node, session, nothing: str, given_path: str, response) -> Path | None:
+def _target(stream: Optional[StreamView], nothing: str, given_path: str,
+            response) -> Path | None:
     """The absolute file a save request names, or None with ``response`` saying why (also
-    when there is no ``session``: unconfigured, ``nothing`` to save).
+    when there is no ``stream``: unconfigured, ``nothing`` to save).
 
     The path is confined to ``files.root`` (relative paths are the root's; ``..``, absolute
     paths and symlinks leading outside are refused); the answer names the absolute path
     written, its folder resolved. The file itself is never followed: the writers refuse a
     target that is not a regular file (a symlink included) or one they did not write."""
-    if session is None:
+    if stream is None:
         response.success, response.message = False, f"not configured: {nothing}"
         return None
     try:
-        return write_target(node.files, given_path)
+        return write_target(stream.files, given_path)
     except OSError as exc:  # FileRefused, a missing folder, EACCES, ELOOP...
         response.success = False
         shown = given_path if len(given_path) <= 200 else given_path[:200] + "..."

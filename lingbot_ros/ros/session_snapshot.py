@@ -20,10 +20,11 @@ On restore the scale estimate continues (LOCKED stays LOCKED at the same metres 
 A snapshot without an estimate (saved by an older build) restarts the estimate, with a
 warning.
 
-``NodeSnapshots`` holds the node's handlers (the node delegates to it): it reads the node's
-session, worker, outputs and scale as they are at each call, and owns a restored snapshot's
-map and path while the node is inactive (``resume_from``, ~/load_session while inactive);
-the outputs load them at activate (``load_pending``).
+``NodeSnapshots`` holds the node's handlers (the node delegates to it, passing the stream's
+``StreamControl`` and the outputs as they are at each call: it holds no node), and owns a
+restored snapshot's map and path while the node is inactive (``resume_from``,
+~/load_session while inactive); the outputs load them at activate (``load_pending``). The
+load itself is ``StreamControl.load``, one procedure with or without a running worker.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..session import SnapshotError, read_manifest, write_snapshot
+from ..session import SnapshotError, write_snapshot
 
 __all__ = ["SnapshotJob", "wait_done", "take_state", "start_save", "node_state",
            "load_node_state",
@@ -218,15 +219,16 @@ class NodeSnapshots:
     ~/save_session, ~/load_session, ``session.save_on_shutdown``. Called on the executor
     thread; while active the worker takes or restores the snapshot between two frames."""
 
-    def __init__(self, node) -> None:
-        self._node = node
+    def __init__(self, log) -> None:
+        """``log``: the node's logger."""
+        self._log = log
         self._pending: Optional[dict] = None  # a restored snapshot's map and path
 
     # -- configure (session.resume_from) ------------------------------------------------------
     def continue_scale(self, resumed: dict, scale, path) -> bool:
         """The restored snapshot's scale estimate continues in ``scale``; False (logged at
         ERROR) when it is refused: the configure fails."""
-        log = self._node.get_logger()
+        log = self._log
         try:
             _, warning = restore_scale(resumed, scale)
         except SnapshotError as exc:
@@ -239,7 +241,7 @@ class NodeSnapshots:
     def resumed(self, resumed: dict, path) -> None:
         """The configure restored ``resumed``: its map and path wait for activate."""
         self._pending = resumed.get("front_end_state")
-        self._node.get_logger().info(
+        self._log.info(
             f"resumed the stream of {path}: "
             f"{resumed.get('frames_processed', 0)} frames, the same map frame")
 
@@ -254,58 +256,40 @@ class NodeSnapshots:
         and path go with the stream they belong to."""
         self._pending = None
 
+    def _hold(self, front_end_state: Optional[dict]) -> None:
+        """~/load_session while inactive: the map and path wait for activate."""
+        self._pending = front_end_state
+
     # -- shutdown (session.save_on_shutdown) --------------------------------------------------
-    def save_on_shutdown(self) -> None:
+    def save_on_shutdown(self, settings, stream, worker, outputs) -> None:
         """``session.save_on_shutdown``: the worker stops (the frame in flight published),
-        then the stream, map and path are written (once; a failure is logged)."""
-        node = self._node
-        settings, session = node.settings, node.session
-        if settings is None or session is None or not settings.save_on_shutdown:
+        then the stream (``stream``: its ``StreamControl``), map and path are written (once;
+        a failure is logged)."""
+        if settings is None or stream is None or not settings.save_on_shutdown:
             return
-        if node.worker is not None:
-            node.worker.stop()
+        if worker is not None:
+            worker.stop()
+        session = stream.session
         try:
             if session.in_flight:  # the worker stopped mid-frame: finish it into the stream
                 session.collect()
-            state = node.outputs.node_state() if node.outputs is not None else None
+            state = outputs.node_state() if outputs is not None else None
             ok, message, _, _ = start_save(session, settings.save_on_shutdown, state,
-                                           scale=node.scale).wait()
+                                           scale=stream.scale).wait()
         except Exception as exc:  # noqa: BLE001 -- shutting down anyway: say why
             ok, message = False, f"{type(exc).__name__}: {exc}"
-        log = node.get_logger()
         if ok:  # one severity per call site (rclpy refuses a change between calls)
-            log.info(f"session.save_on_shutdown: {message}")
+            self._log.info(f"session.save_on_shutdown: {message}")
         else:
-            log.error(f"session.save_on_shutdown: {message}")
+            self._log.error(f"session.save_on_shutdown: {message}")
 
     # -- services -----------------------------------------------------------------------------
-    def save(self, path) -> SnapshotJob:
-        """~/save_session: the stream is copied to the host (between frames) and the files
-        are written by the returned job's thread (``wait_done`` awaits it without blocking
-        the executor); a refusal is a job already failed."""
-        node = self._node
-        session, worker, outputs = node.session, node.worker, node.outputs
-        if worker is not None:
-            return worker.save_session(path, outputs.node_state if outputs else None)
-        return start_save(session, path, scale=node.scale)  # inactive: nothing in flight
-
-    def load(self, path) -> tuple[bool, str, int]:
-        """~/load_session: (success, message, frames)."""
-        node = self._node
-        session, worker, outputs = node.session, node.worker, node.outputs
+    def load(self, stream, path, outputs=None) -> tuple[bool, str, int]:
+        """~/load_session (``StreamControl.load``): (success, message, frames). Active, the
+        snapshot's map and path go into ``outputs``; inactive, they wait for activate."""
         try:
-            if worker is not None:
-                manifest = worker.load_session(path, outputs.load_node_state if outputs
-                                               else None)
-            else:  # inactive: the map and path are loaded when it activates
-                check_scale(read_manifest(path), node.scale)  # before the stream changes
-                manifest = session.snapshots.restore(path)
-                if node.scale is not None:  # the snapshot's estimate continues
-                    _, warning = restore_scale(manifest, node.scale)
-                    if warning:
-                        node.get_logger().warning(warning)
-                self._pending = manifest.get("front_end_state")
-                node.telemetry.stream_reset(session.info())
+            manifest = stream.load(path, outputs.load_node_state if outputs is not None
+                                   else self._hold)
         except SnapshotError as exc:
             return False, f"not loaded (the stream is unchanged): {exc}", 0
         frames = int(manifest.get("frames_processed", 0))

@@ -2,11 +2,18 @@
 
 The periodic ones run on timers of the steady clock: a paused sim clock (``use_sim_time``)
 does not silence /diagnostics, which then says that the clock stalled.
+
+``Status`` holds no node facts of its own and never reaches into the node: it creates its
+publishers and timers on the rclpy node it is given, and reads what it reports through
+``StatusReads``: frozen snapshots (``NodeTelemetry``'s, the worker's ``NodeFacts``, the
+scale's ``ScaleEstimate`` inside ``StreamScale.info``) or an owner's own locked read (the
+map's size, the collector's pauses).
 """
 from __future__ import annotations
 
 import time
-from typing import Optional
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 from diagnostic_msgs.msg import DiagnosticArray
 from lingbot_ros_interfaces.msg import CacheInfo, TrackingStatus
@@ -15,16 +22,36 @@ from rclpy.clock import Clock, ClockType
 from . import diagnostics
 from .health import HealthMonitor
 from .messages import cache_info
+from .node_facts import NodeFacts
+from .telemetry import NodeTelemetry
 from .topics import image_subscription
 
 
-class Status:
-    """Created on activate, destroyed on deactivate. Reads ``NodeTelemetry`` snapshots only."""
+@dataclass(frozen=True)
+class StatusReads:
+    """What ~/status and /diagnostics read, each a snapshot or an owner's locked read."""
 
-    def __init__(self, node) -> None:
+    telemetry: NodeTelemetry
+    device: str = "cpu"  # session.device: the hardware id, GPU memory
+    facts: Callable[[], NodeFacts] = NodeFacts  # the worker's latest (FactsBoard.read)
+    paused: Callable[[], bool] = bool  # ~/pause
+    scale: Callable[[], object] = lambda: None  # the StreamScale (locked) or None
+    map_info: Callable[[], dict] = dict  # the map's size (MapPoints.info, locked)
+    gc: Callable[[], dict] = dict  # GcPauses.describe
+    camera_info: Callable[[], object] = lambda: None  # the last CameraInfo received
+    image_qos: Callable[[], Optional[str]] = lambda: None  # ImageInput.describe
+
+
+class Status:
+    """Created on activate, destroyed on deactivate."""
+
+    def __init__(self, node, cfg, reads: StatusReads) -> None:
+        """``node``: the rclpy node its publishers, timers and clock belong to; ``cfg``:
+        the ``NodeConfig``; ``reads``: everything it reports."""
         self._node = node
-        self._telemetry = node.telemetry
-        cfg = node.settings.node
+        self._reads = reads
+        self._telemetry = reads.telemetry
+        self._topic = image_subscription(node, cfg)[0]  # the topic actually subscribed
         self.status = node.create_publisher(TrackingStatus, "~/status", 10)
         self.cache = node.create_publisher(CacheInfo, "~/cache_info", 10)
         self.diag = node.create_publisher(DiagnosticArray, "/diagnostics", 10)
@@ -86,10 +113,10 @@ class Status:
                                           self._node.get_clock().now().to_msg()))
 
     def _publish_diag(self) -> None:
-        n = self._node
+        n, r = self._node, self._reads
         t = self._telemetry.snapshot()
+        facts = r.facts()  # one frozen object: the chain and the outputs of one frame
         now = time.monotonic()
-        frames = n.robot_frames
         t0, received0, processed0 = self._last
         dt = max(now - t0, 1e-6)
         c = dict(t.counters)
@@ -97,44 +124,49 @@ class Status:
                  "processed": (t.processed - processed0) / dt}
         self._last = (now, t.received, t.processed)
         info = t.session_info
-        topic = image_subscription(n, n.settings.node)[0]  # the topic actually subscribed
+        topic = self._topic
         idle = "tracking"
         if info is not None and info.phase == "scale_frames":
             idle = (f"initialising: {info.scale_frames_buffered}/"
                     f"{info.startup_latency_frames} anchor frames")
         clock_stalled = self._clock_stalled(now)
-        override = None
-        if n.paused:
+        paused = r.paused()
+        if paused:
             override = (0, "paused (~/pause): images are dropped until it is turned off")
-        elif frames is not None:
-            override = frames.health(now)
+        else:
+            override = facts.frames.health(now)
+        outputs = facts.outputs
         level, message = self._health.evaluate(
             now, c, None if t.last_image_time is None else now - t.last_image_time,
             None if t.last_processed_time is None else now - t.last_processed_time,
             t.last_error, t.last_restart, idle, topic, override,
-            map_to_odom_failing=n.outputs.map_to_odom_failing() if n.outputs else None,
+            map_to_odom_failing=outputs.map_to_odom_failing(now) if outputs else None,
             clock_stalled=clock_stalled)
-        scale = n.scale
+        scale = r.scale()
         # the source yields nothing (outputs stay withheld/unscaled), or the applied scale
         # lags what the recent samples say
         scale_warning = scale.health_warning(now) if scale is not None else None
         if scale_warning and level == 0:
             level, message = 1, scale_warning
-        extra = {"paused": n.paused, "ros_clock": self._clock_description(now)}
-        if n.image_input is not None:
-            extra["image_qos"] = n.image_input.describe()
-        if frames is not None:
-            extra.update(frames.describe())
-        extra.update(n.outputs_info())
-        extra.update(n.gc_pauses.describe())
-        extra.update(diagnostics.camera_info_check(n.camera_info, t.last_input_hw, t.last_fx))
+        extra = {"paused": paused, "ros_clock": self._clock_description(now)}
+        image_qos = r.image_qos()
+        if image_qos is not None:
+            extra["image_qos"] = image_qos
+        extra.update(facts.frames.describe())
+        if outputs is not None:
+            extra.update(outputs.info())
+            extra.update(r.map_info())
+        if scale is not None:
+            extra.update(scale.info())
+        extra.update(r.gc())
+        extra.update(diagnostics.camera_info_check(r.camera_info(), t.last_input_hw,
+                                                   t.last_fx))
         msg = diagnostics.build(
             n.get_clock().now().to_msg(), f"{n.get_fully_qualified_name()}: tracking",
-            n.settings.session.device, level, message, c, rates, dict(t.end_to_end_ms),
-            info.latency_ms.as_dict() if info else {}, info, _gpu_memory(n.settings.session.device),
+            r.device, level, message, c, rates, dict(t.end_to_end_ms),
+            info.latency_ms.as_dict() if info else {}, info, _gpu_memory(r.device),
             topic, extra, self._key_values)
         self.diag.publish(msg)
-
 
     def _clock_stalled(self, now: float) -> Optional[tuple[float, str]]:
         """(seconds, why) while the node's clock is sim time (``use_sim_time``) and has not

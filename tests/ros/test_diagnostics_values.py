@@ -34,7 +34,7 @@ def test_an_unchanged_value_keeps_its_key_value_and_a_changed_one_is_new():
 
 
 def test_the_extrinsics_text_is_made_once_per_value():
-    """RobotFrames.describe() runs at every tick: the extrinsic's text (~50 us of numpy) is
+    """RobotFrames.facts() runs at every frame: the extrinsic's text (~50 us of numpy) is
     made once per matrix and reads as before."""
     import numpy as np
 
@@ -47,9 +47,9 @@ def test_the_extrinsics_text_is_made_once_per_value():
     tree.set_transform("base_link", "camera_optical_frame", T, 0, static=True)
     frames = RobotFrames(NodeConfig(), tree)
     assert frames.resolve("camera_optical_frame", now=0.0) is not None
-    first = frames.describe()["extrinsic_base_optical"]
+    first = frames.facts().describe()["extrinsic_base_optical"]
     assert first == "t 0.3000 0.0000 1.0000, q xyzw 0.0000 0.0000 0.0000 1.0000"
-    assert frames.describe()["extrinsic_base_optical"] is first  # not made again
+    assert frames.facts().describe()["extrinsic_base_optical"] is first  # not made again
     other = T.copy()
     other[0, 3] = 0.5
     assert frames._tq_text(other).startswith("t 0.5000 0.0000 1.0000")

@@ -10,7 +10,6 @@ counter).
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 
 import pytest
 
@@ -104,11 +103,9 @@ def test_a_status_publisher_that_refuses_never_stops_the_worker(ros_node):
     sends raises (anchors collecting, a rejected image, each frame). The worker reports it
     (``worker: InvalidHandle...`` as the last error: /diagnostics ERROR) and goes on: every
     frame's outputs go out and every image is counted once."""
-    from lingbot_ros.ros.status import Status
+    from lingbot_ros.ros.status import Status, StatusReads
     telemetry = NodeTelemetry()
-    ros_node.telemetry = telemetry
-    ros_node.settings = SimpleNamespace(node=CAMERA_ONLY)
-    status = Status(ros_node)
+    status = Status(ros_node, CAMERA_ONLY, StatusReads(telemetry))
     outputs = RecordedOutputs()
     worker = worker_of(ros_node, outputs, status, telemetry)
     ros_node.destroy_publisher(status.status)

@@ -72,18 +72,18 @@ def test_robot_frames_waits_for_the_extrinsic_then_keeps_it():
     frames = RobotFrames(NodeConfig(wait_for_extrinsic_s=2.0), tree)
     assert frames.resolve("camera_optical_frame", now=10.0) is None
     assert frames.waiting_for == "base_link -> camera_optical_frame"
-    level, message = frames.health(11.0)
+    level, message = frames.facts().health(11.0)
     assert level == 0 and "frames.base" in message and "/tf_static" in message
-    assert frames.health(12.5)[0] == 2  # past tf.wait_for_extrinsic_s
+    assert frames.facts().health(12.5)[0] == 2  # past tf.wait_for_extrinsic_s
     T = np.eye(4)
     T[2, 3] = 1.0
     tree.set_transform("base_link", "camera_optical_frame", T, 0, static=True)
     chain = frames.resolve("camera_optical_frame", now=13.0)
-    assert chain is not None and frames.health(13.0) is None
+    assert chain is not None and frames.facts().health(13.0) is None
     np.testing.assert_allclose(chain.T_base_optical, T)
     tree.clear()  # kept once found: it is rigid
     assert frames.resolve("camera_optical_frame", now=14.0) is chain
-    assert "extrinsic_base_optical" in frames.describe()
+    assert "extrinsic_base_optical" in frames.facts().describe()
     with pytest.raises(ValueError, match="TF tree"):
         RobotFrames(NodeConfig())
 
@@ -93,7 +93,7 @@ def test_bare_camera_needs_no_tf_and_uses_the_header_frame():
     chain = frames.resolve("", now=0.0)
     assert chain.tracked_frame == "camera_optical_frame"  # no frame_id in the header
     assert frames.resolve("cam_left", 0.0).tracked_frame == "cam_left"
-    assert "camera-only" in frames.describe()["tf_tree"]
+    assert "camera-only" in frames.facts().describe()["tf_tree"]
 
 
 def test_tf_mode_lines_name_each_combination():

@@ -262,11 +262,7 @@ def test_a_released_session_takes_its_pending_map_and_path_along():
         def load_node_state(self, state):
             self.loaded.append(state)
 
-    class NodeLogger:  # what NodeSnapshots reads of the node here: its logger
-        def get_logger(self):
-            return logging.getLogger("test_pending")
-
-    snapshots = NodeSnapshots(NodeLogger())
+    snapshots = NodeSnapshots(logging.getLogger("test_pending"))
     snapshots.resumed({"front_end_state": {"path": [1]}, "frames_processed": 3}, "snap")
     snapshots.discard_pending()
     outputs = Loads()
