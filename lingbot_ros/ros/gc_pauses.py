@@ -108,7 +108,7 @@ class GcPauses:
 def gc_functions_called(call) -> list[str]:
     """The gc module's functions that ``call()`` ran, seen by the profiler (a real call
     observed, nothing replaced): the check that a diagnostics tick walks no heap
-    (tests/ros/test_gc_pauses.py, scripts/diagnostics_tick_bench.py)."""
+    (tests/ros/unit/test_gc_pauses.py, scripts/diagnostics_tick_bench.py)."""
     called: list[str] = []
 
     def profile(frame, event, arg):

@@ -16,7 +16,7 @@ it)::
 
 Bytes that do not parse (truncated, a length past the end, a string without its NUL or not
 UTF-8, another encapsulation) are refused as ``decode_failed``, never half-read.
-``tests/ros/test_image_cdr.py`` checks every field against rclpy's own serializer.
+``tests/ros/unit/test_image_cdr.py`` checks every field against rclpy's own serializer.
 """
 from __future__ import annotations
 

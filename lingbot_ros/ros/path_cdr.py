@@ -17,7 +17,7 @@ first byte after the 4-byte encapsulation header)::
 
 Every pose has the path's frame id, so every record but the first starts 8-aligned and has
 the same size; the first starts where the count ends and is packed on its own.
-``tests/ros/test_path_cdr.py`` checks the bytes against rclpy's own deserializer.
+``tests/ros/unit/test_path_cdr.py`` checks the bytes against rclpy's own deserializer.
 """
 from __future__ import annotations
 

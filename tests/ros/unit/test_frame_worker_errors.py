@@ -20,7 +20,7 @@ from lingbot_ros.ros.telemetry import NodeTelemetry
 from lingbot_ros.session import open_session
 from tests.ros.image_fates import fates, unaccounted
 from tests.ros.node_data import good_images, header, stamp_ns
-from tests.ros.test_frame_worker import SESSION, RecordedOutputs, RecordedStatus, Rig
+from tests.ros.unit.test_frame_worker import SESSION, RecordedOutputs, RecordedStatus, Rig
 
 CAMERA_ONLY = NodeConfig(base_frame="")
 

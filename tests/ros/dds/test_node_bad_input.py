@@ -101,7 +101,7 @@ def test_compressed_bomb_is_refused_before_decoding(tmp_path, ros_env):
     counted as too_large, the node's peak RSS does not move, and it goes on processing."""
     from sensor_msgs.msg import CompressedImage
 
-    from tests.ros.test_compressed_topic import (COMPRESSED_TOPIC, CompressedProbe,
+    from tests.ros.dds.test_compressed_topic import (COMPRESSED_TOPIC, CompressedProbe,
                                                  compressed_frames)
     from tests.test_image_header import vp8l_constant, vp8x_wrap
 

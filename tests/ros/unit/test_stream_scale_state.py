@@ -1,6 +1,6 @@
 """StreamScale's state in stream snapshots: the estimate and, for ``scale.source: odometry``,
 the source's window of frames continue after a restore exactly as the uninterrupted stream
-(no node, no DDS: the node's snapshot paths are tests/ros/test_node_session_snapshot.py)."""
+(no node, no DDS: the node's snapshot paths are tests/ros/dds/test_node_session_snapshot.py)."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -11,7 +11,7 @@ import pytest
 from lingbot_ros.geometry import T_BODY_OPTICAL, rigid_inverse
 from lingbot_ros.ros.stream_scale import StreamScale
 from lingbot_ros.scale import ScaleConfig
-from tests.ros.test_scale_outputs import camera_mount, rot_z
+from tests.ros.unit.test_scale_outputs import camera_mount, rot_z
 
 ODOM_CFG = ScaleConfig(source="odometry", min_samples=40, min_baseline_m=0.3,
                        odom_min_step_m=0.05, odom_window=30)

@@ -22,7 +22,7 @@ DEFAULTS = {p.name: p.default for p in PARAMS}
 def yaml_params() -> dict:
     data = yaml.safe_load(YAML.read_text())
     # '/**': the values apply to the node under any name and namespace (launch namespace:=,
-    # -r __ns:=); tests/ros/test_params_namespace.py checks that over DDS.
+    # -r __ns:=); tests/ros/dds/test_params_namespace.py checks that over DDS.
     assert list(data) == ["/**"], "the file is keyed '/**', for any node name and namespace"
     assert list(data["/**"]) == ["ros__parameters"]
     return data["/**"]["ros__parameters"]

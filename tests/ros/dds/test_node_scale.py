@@ -19,7 +19,7 @@ from tests.ros.node_harness import NodeProcess, good_images
 from tests.ros.node_data import stamp_ns
 from tests.ros.robot_probe import RobotProbe, matrix_of
 from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
-from tests.ros.test_node_robot_tf import (ROBOT, T_BASE_OPTICAL, expected_results, send,
+from tests.ros.dds.test_node_robot_tf import (ROBOT, T_BASE_OPTICAL, expected_results, send,
                                           static_msgs)
 
 FRAMES = 10

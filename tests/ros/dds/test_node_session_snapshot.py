@@ -105,8 +105,8 @@ def test_a_locked_scale_survives_save_session_and_load_session(tmp_path, ros_env
     from lingbot_ros_interfaces.srv import LoadSession, SaveSession
     from tests.ros.node_harness import good_images
     from tests.ros.robot_probe import matrix_of
-    from tests.ros.test_node_robot_tf import expected_results, send, static_msgs
-    from tests.ros.test_node_scale import H, K, SCALE, W, ScaleProbe, metric_base, send_depth
+    from tests.ros.dds.test_node_robot_tf import expected_results, send, static_msgs
+    from tests.ros.dds.test_node_scale import H, K, SCALE, W, ScaleProbe, metric_base, send_depth
 
     images = good_images(10, width=W, height=H)
     stamps = [stamp_ns(m.header.stamp) for m in images]
@@ -199,8 +199,8 @@ def test_a_restarted_node_continues_a_locked_scale(tmp_path, ros_env):
     scale.source fails its configure on that snapshot, saying why."""
     from tests.ros.node_harness import good_images
     from tests.ros.robot_probe import matrix_of
-    from tests.ros.test_node_robot_tf import expected_results, send, static_msgs
-    from tests.ros.test_node_scale import H, K, SCALE, W, ScaleProbe, metric_base, send_depth
+    from tests.ros.dds.test_node_robot_tf import expected_results, send, static_msgs
+    from tests.ros.dds.test_node_scale import H, K, SCALE, W, ScaleProbe, metric_base, send_depth
 
     images = good_images(10, width=W, height=H)
     stamps = [stamp_ns(m.header.stamp) for m in images]

@@ -12,7 +12,7 @@ failed loads.
 Non-UTF-8 cannot be sent from rclpy: a str with lone surrogates (how Python carries
 undecodable bytes) raises UnicodeEncodeError in the client's serialization, before anything
 is sent (asserted below); FileRoot refuses such names for callers that can pass them
-(tests/ros/test_node_files.py). A NUL cuts the string on the wire: 'x\\0y' arrives as 'x', so
+(tests/ros/dds/test_node_files.py). A NUL cuts the string on the wire: 'x\\0y' arrives as 'x', so
 the case sends an outside path with a NUL-led suffix, which must be refused as outside.
 """
 from __future__ import annotations

@@ -11,8 +11,8 @@ import pytest
 from tests.ros.node_harness import NodeProcess, good_images
 from tests.ros.node_data import header, stamp_ns
 from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
-from tests.ros.test_node_robot_tf import expected_results, send, static_msgs
-from tests.ros.test_node_scale import (FRAMES, H, K, SCALE, W, OdometryProbe, metric_base,
+from tests.ros.dds.test_node_robot_tf import expected_results, send, static_msgs
+from tests.ros.dds.test_node_scale import (FRAMES, H, K, SCALE, W, OdometryProbe, metric_base,
                                        odometry_msg)
 
 
