@@ -33,11 +33,11 @@ ros: $(STAMP)
 # The node on a synthetic rosbag2 (ROS traffic on loopback, random domain), in metres: its
 # scale locks on the bag's aligned depth (scale.source: depth); the summary ends with it.
 demo: venv
-	$(PY) -m lingbot_ros.ros.demo
+	$(PY) -m lingbot_ros.clients.demo
 
 # The same pipeline without ROS: lingbot-ros-offline on a synthetic bag.
 demo-offline: venv
-	$(PY) -m lingbot_ros.tools.demo
+	$(PY) -m lingbot_ros.tools.offline.demo
 
 # pytest exits 5 when it collects nothing (e.g. a -k filter that matches no test): say so.
 test: venv
@@ -51,7 +51,7 @@ soak: venv
 	$(PY) scripts/soak.py --minutes $(SOAK_MINUTES) --out soak.json
 
 bench-cache: venv
-	$(PY) -m lingbot_ros.tools.bench_cache
+	$(PY) -m lingbot_ros.tools.bench.cache_cost
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -24,7 +24,7 @@ params file).
 ``image_topic`` remaps the node's ``image`` input. With ``use_compressed:=true`` (or
 ``topics.use_compressed: true`` in the params file) the node subscribes to
 ``<image_topic>/compressed`` (sensor_msgs/CompressedImage): it resolves ``image`` with this
-remap first and appends ``/compressed`` (lingbot_ros/ros/topics.py). ``camera_info`` is
+remap first and appends ``/compressed`` (lingbot_ros/ros/params/topics.py). ``camera_info`` is
 remapped beside the image, as image_transport names it: ``/camera/image_raw`` ->
 ``/camera/camera_info``; ``camera_info_topic`` overrides that when not empty.
 

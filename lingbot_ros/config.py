@@ -179,7 +179,7 @@ class KeyframeConfig:
 # --- Streaming session (one camera stream) ---------------------------------------------------
 
 # The allowed values of each setting, used by the configs below, the ROS parameter table
-# (ros/param_table.py), the attention backends and the fused-kernel switch (model/qk_fused.py).
+# (ros/params/table.py), the attention backends and the fused-kernel switch (model/qk_fused.py).
 MODEL_PRESETS = ("tiny", "official")  # network sizes (model/presets.py builds them)
 PRECISIONS = ("auto", "fp32", "bf16")  # model precision: auto = bf16 aggregator on CUDA
 MLP_PRECISIONS = ("aggregator", "fp8")  # aggregator MLP GEMMs; fp8: e4m3 (performance.md)

@@ -8,12 +8,12 @@ malformed message raises :class:`ImageRejected`, whose ``reason`` (one of
 :data:`REJECT_REASONS`) is short enough to key a drop counter.
 
 A "message" is anything with the fields of ``sensor_msgs/Image`` (``height``, ``width``,
-``encoding``, ``step``, ``is_bigendian``, ``data``): an rclpy message (``ros/convert.py``) or a
-deserialized rosbags one (``tools/bag_source.py``). The array is in the message's own layout --
-``(H, W)`` for one channel, ``(H, W, C)`` otherwise, native byte order -- and views the
-message's buffer where it can (8-bit and native-order 16-bit data; row padding is skipped
-through strides): do not mutate it, and copy it to keep it beyond the message. Channel order,
-alpha and bit depth are left to ``lingbot_ros.preprocess``, which reads the same table.
+``encoding``, ``step``, ``is_bigendian``, ``data``): an rclpy message (``ros/intake/convert.py``) or
+a deserialized rosbags one (``tools/sources/bag.py``). The array is in the message's own layout --
+``(H, W)`` for one channel, ``(H, W, C)`` otherwise, native byte order -- and views the message's
+buffer where it can (8-bit and native-order 16-bit data; row padding is skipped through strides): do
+not mutate it, and copy it to keep it beyond the message. Channel order, alpha and bit depth are
+left to ``lingbot_ros.preprocess``, which reads the same table.
 
 It also holds the one table that names what OpenCV decodes (:data:`OPENCV_ENCODINGS`,
 :func:`opencv_encoding`); the compressed decoder that uses it, with its header checks, is

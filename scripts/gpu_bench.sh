@@ -5,7 +5,7 @@
 set -uo pipefail
 source scripts/gpu_env.sh
 OUT=${OUT:-out}; mkdir -p "$OUT"
-python3 -m lingbot_ros.tools.bench \
+python3 -m lingbot_ros.tools.bench.cli \
   --configs "${CONFIGS:-default:10000,eager:300,every2:300,nodepth:300,518x378:300,iter1:300}" \
   --parity-frames "${PARITY:-200}" --profile "${PROFILE:-default}" --out "$OUT/bench.json" 2>&1 \
   | grep --line-buffered -v Warning | tee "$OUT/bench.log"

@@ -11,6 +11,6 @@ OUT=${OUT:-out}; mkdir -p "$OUT"
 export LINGBOT_FIXTURES_DIR=${LINGBOT_FIXTURES_DIR:-$PWD/.fixtures}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
 python3 -m pytest tests/attention tests/cache tests/model tests/session -q -p no:cacheprovider -m gpu -rA 2>&1 | tail -40 | tee "$OUT/pytest_gpu.log"
-python3 -m lingbot_ros.tools.bench_cache --out "$OUT/bench_cache.json" 2>&1 | tee "$OUT/bench_cache.log"
+python3 -m lingbot_ros.tools.bench.cache_cost --out "$OUT/bench_cache.json" 2>&1 | tee "$OUT/bench_cache.log"
 python3 scripts/gpu_model_check.py --frames 100 --out "$OUT/gpu_model_check.json" > "$OUT/gpu_model_check.log" 2>&1
 tail -60 "$OUT/gpu_model_check.log"

@@ -13,14 +13,14 @@ if [ "${TESTS:-1}" = 1 ]; then
     -q -p no:cacheprovider -m gpu -rA 2>&1 | tail -30 | tee "$OUT/pytest_gpu.log"
 fi
 if [ "${ATTENTION:-1}" = 1 ]; then
-  python3 -m lingbot_ros.tools.bench_cache --repeat 200 --frames "${ATTN_FRAMES:-72}" \
+  python3 -m lingbot_ros.tools.bench.cache_cost --repeat 200 --frames "${ATTN_FRAMES:-72}" \
     --out "$OUT/bench_cache.json" 2>&1 | tail -14 | tee "$OUT/bench_cache.log"
 fi
 if [ "${FP8_PROBE:-0}" = 1 ]; then
   python3 scripts/fp8_attention_probe.py --out "$OUT/fp8_probe.json" 2>&1 | tail -8 \
     | tee "$OUT/fp8_probe.log"
 fi
-python3 -m lingbot_ros.tools.bench --frames "${FRAMES:-400}" \
+python3 -m lingbot_ros.tools.bench.cli --frames "${FRAMES:-400}" \
   --configs "${CONFIGS:-default,split1,eager}" --profile "${PROFILE:-all}" \
   --parity-frames "${PARITY:-200}" ${BENCH_ARGS:-} --out "$OUT/bench.json" 2>&1 \
   | grep -v Warning | tee "$OUT/bench.log"

@@ -25,21 +25,21 @@ A)
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
   python3 -m pytest ${GPU_TESTS:-tests/model tests/attention tests/session} -m gpu -q \
     -p no:cacheprovider -rfE 2>&1 | tail -25 | tee "$OUT/pytest_gpu.log"
-  python3 -m lingbot_ros.tools.bench --parity-frames 300 --parity-configs "${PARITY_CONFIGS:-default,cam_bf16}" \
+  python3 -m lingbot_ros.tools.bench.cli --parity-frames 300 --parity-configs "${PARITY_CONFIGS:-default,cam_bf16}" \
     --configs "${CONFIGS:-default:1000,push:300,cam_bf16:300,no_add_norm:300,no_kv_write:300,no_split_merge:300,unfused:300}" \
     --profile default --out "$OUT/bench_a.json" 2>&1 | grep -v Warning | tee "$OUT/bench_a.log"
   ;;
 B)
   python3 -m pytest tests/model/test_qk_fused.py tests/attention/test_split_merge.py -m gpu -q \
     -p no:cacheprovider -rfE 2>&1 | tail -8 | tee "$OUT/pytest_gpu_b.log"
-  python3 -m lingbot_ros.tools.bench --configs "${CONFIGS:-default:10000,every2:1000,flow:1000}" \
+  python3 -m lingbot_ros.tools.bench.cli --configs "${CONFIGS:-default:10000,every2:1000,flow:1000}" \
     --out "$OUT/bench_b.json" 2>&1 | grep -v Warning | tee "$OUT/bench_b.log"
   ;;
 V)
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
   python3 -m pytest ${GPU_TESTS:-tests/model tests/attention tests/session tests/cache} -m gpu -q \
     -p no:cacheprovider -rfE 2>&1 | tail -25 | tee "$OUT/pytest_gpu.log"
-  python3 -m lingbot_ros.tools.bench --parity-frames "${PARITY_FRAMES:-450}" \
+  python3 -m lingbot_ros.tools.bench.cli --parity-frames "${PARITY_FRAMES:-450}" \
     --parity-configs "${PARITY_CONFIGS:-default,every2,flow}" \
     --configs "${CONFIGS:-default:3000}" --out "$OUT/bench_v.json" 2>&1 | grep -v Warning \
     | tee "$OUT/bench_v.log"
@@ -47,7 +47,7 @@ V)
 P)
   python3 -m pytest tests/model/test_precisions.py -m gpu -q -p no:cacheprovider -rfE 2>&1 \
     | tail -8 | tee "$OUT/pytest_precisions.log"
-  python3 -m lingbot_ros.tools.bench --parity-frames "${PARITY_FRAMES:-450}" --parity-depth \
+  python3 -m lingbot_ros.tools.bench.cli --parity-frames "${PARITY_FRAMES:-450}" --parity-depth \
     --parity-configs "${PARITY_CONFIGS:-default,depth_bf16,fp8_mlp}" \
     --configs "${CONFIGS:-default:1000,depth_bf16:1000,fp8_mlp:1000,depth_bf16_fp8_mlp:1000}" \
     --out "$OUT/bench_p.json" 2>&1 | grep -v Warning | tee "$OUT/bench_p.log"
@@ -59,7 +59,7 @@ N)
     --out "$OUT/node_bench_n.json" 2>&1 | grep -v "^ \|^{\|^}" | tail -40 | tee "$OUT/node_bench_n.log"
   ;;
 C)
-  python3 -m lingbot_ros.tools.bench --configs default:600,push:600 --rate 30 \
+  python3 -m lingbot_ros.tools.bench.cli --configs default:600,push:600 --rate 30 \
     --out "$OUT/bench_c.json" 2>&1 | grep -v Warning | tee "$OUT/bench_c.log"
   source scripts/gpu_ros_env.sh
   python3 scripts/node_bench.py --device cuda --preset official --rates "${RATES:-30:3000,60:1500}" \

@@ -98,8 +98,8 @@ def camera(args) -> int:
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import Image
 
-    from lingbot_ros.ros.convert import array_to_image
-    from lingbot_ros.tools.synthetic import render_sequence
+    from lingbot_ros.ros.intake.convert import array_to_image
+    from lingbot_ros.tools.synthetic.render import render_sequence
 
     w, h = (int(v) for v in args.image_size.lower().split("x"))
     seq = render_sequence(30, w, h)
@@ -147,7 +147,7 @@ class Consumer:
     """Subscribes to every output; keeps receive times by stamp, statuses and diagnostics."""
 
     def __init__(self) -> None:
-        from lingbot_ros.ros.background_node import BackgroundNode
+        from lingbot_ros.clients.background_node import BackgroundNode
 
         outer = self
 

@@ -134,8 +134,8 @@ def main(argv=None) -> int:
     os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(1, 101)))
     os.environ.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="path_load_log_"))
 
-    from lingbot_ros.ros.convert import array_to_image
-    from lingbot_ros.tools.synthetic import render_sequence
+    from lingbot_ros.ros.intake.convert import array_to_image
+    from lingbot_ros.tools.synthetic.render import render_sequence
 
     w, h = (int(v) for v in args.image_size.lower().split("x"))
     seq = render_sequence(args.loop_frames, w, h, fps=args.rate)

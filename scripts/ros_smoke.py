@@ -99,8 +99,8 @@ def run_node(count: int, timeout: float, device: str, env: dict) -> int:
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import Image
     sys.path.insert(0, REPO)
-    from lingbot_ros.ros.convert import array_to_image
-    from lingbot_ros.tools.synthetic import render_sequence
+    from lingbot_ros.ros.intake.convert import array_to_image
+    from lingbot_ros.tools.synthetic.render import render_sequence
     from std_msgs.msg import Header
     from builtin_interfaces.msg import Time
 

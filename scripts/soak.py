@@ -38,7 +38,7 @@ for _name in ("ROS_LOCALHOST_ONLY", "ROS_STATIC_PEERS"):
 
 import numpy as np  # noqa: E402
 
-from lingbot_ros.ros.background_node import BackgroundNode  # noqa: E402
+from lingbot_ros.clients.background_node import BackgroundNode  # noqa: E402
 from tests.ros.node_data import IMAGE_TOPIC, good_images  # noqa: E402
 from tests.ros.node_harness import NODE, NodeProcess, diag_values  # noqa: E402
 

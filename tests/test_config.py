@@ -67,7 +67,7 @@ def test_the_choice_lists_start_with_their_default():
     assert config.FLASHINFER_VARIANTS[0] == config.SessionConfig().flashinfer_variant == "auto"
     assert config.FUSED_KERNEL_MODES[0] == config.SessionConfig().fused_kernels == "auto"
     assert config.KEYFRAME_POLICIES[0] == config.KeyframeConfig().policy
-    from lingbot_ros.ros.node_config import NodeConfig
-    from lingbot_ros.ros.param_table import IMAGE_QOS
+    from lingbot_ros.ros.params.node_config import NodeConfig
+    from lingbot_ros.ros.params.table import IMAGE_QOS
     assert IMAGE_QOS[0] == NodeConfig().image_qos
     assert NodeConfig().base_frame == "base_link" and not NodeConfig().camera_only

@@ -317,7 +317,7 @@ def test_odom_topic_argument_remaps_the_odometry_input(launch_module):
 
 def test_the_scale_arguments_set_parameters_the_node_has(launch_module):
     """scale_source and scale_odometry_input take the values the node's parameters allow."""
-    from lingbot_ros.ros.param_table import ODOMETRY_INPUTS
+    from lingbot_ros.ros.params.table import ODOMETRY_INPUTS
     from lingbot_ros.scale import SCALE_SOURCES
     assert launch_module.SCALE_SOURCES == SCALE_SOURCES
     assert launch_module.ODOMETRY_INPUTS == ODOMETRY_INPUTS

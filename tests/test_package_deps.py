@@ -38,7 +38,7 @@ OPTIONAL = {
     "triton": "fused q/k-norm + RoPE kernel on CUDA; comes with CUDA builds of torch",
     "matplotlib": "trajectory plots of the offline tools (--plot); setup.py's viz extra",
     "cv_bridge": "optional image decoding through cv_bridge, only on request",
-    "ray": "lingbot-ros-eval --ray (tools/fleet/cluster.py); setup.py's fleet extra",
+    "ray": "lingbot-ros-eval --ray (tools/eval/fleet/cluster.py); setup.py's fleet extra",
 }
 # Our modules that import an OPTIONAL module at their top: they must be imported lazily.
 KERNEL_MODULES = {"lingbot_ros.model.qk_norm_rope_triton",  # the Triton kernels (triton)

@@ -13,7 +13,8 @@ ROS = Path(__file__).resolve().parent / "ros"
 # Modules whose use means the test starts a process or talks DDS to one.
 PROCESS_MODULES = ("subprocess", "multiprocessing", "tests.ros.node_harness",
                    "tests.ros.robot_probe", "tests.ros.tf_publisher", "tests.ros.interface_server",
-                   "tests.ros.dds", "lingbot_ros.ros.background_node", "lingbot_ros.ros.probe")
+                   "tests.ros.dds", "lingbot_ros.clients.background_node",
+                   "lingbot_ros.clients.probe")
 # ...and these names of tests/ros/ros_helpers.py (the rest of it, e.g. ros_env, is in-process).
 PROCESS_HELPERS = {"start_replay", "finish", "RawReceiver"}
 OS_PROCESS_CALLS = ("fork", "system", "popen", "posix_spawn", "spawn", "exec")

@@ -8,7 +8,7 @@ Frames (see docs/session.md):
   stream, which is the *first frame's optical frame* (``c2w[0] ≈ I``).
 * **map** -- here the *first frame's body frame*, so z is up in ``map`` when the camera
   started level: a bare camera's map. (On a robot the node's map is base_link at the first
-  frame instead: ``lingbot_ros/ros/frames.py`` composes the robot's extrinsic from TF.)
+  frame instead: ``lingbot_ros/ros/tf/frame_chain.py`` composes the robot's extrinsic from TF.)
 
 ``T_a_b`` is the pose of frame b in frame a (maps b-coordinates to a-coordinates). With
 ``T_body_optical`` the fixed mount of the optical frame in the body frame:

@@ -26,9 +26,9 @@ jpeg2000 the codestream's SIZ marker (a raw J2K codestream, or the jp2c box of a
 avif     the ispe property of the primary item (still images; image sequences are refused)
 ======== ============================================================================
 
-The decoded array is named by :func:`lingbot_ros.image_decode.opencv_encoding` (the one
-table: mono8/16, bgr8/16, bgra8/16). Used by the ROS node (``ros/convert.py``) and the offline
-sources (``tools/frame.py``). No rclpy, no torch; OpenCV is imported on the first decode.
+The decoded array is named by :func:`lingbot_ros.image_decode.opencv_encoding` (the one table:
+mono8/16, bgr8/16, bgra8/16). Used by the ROS node (``ros/intake/convert.py``) and the offline
+sources (``tools/sources/frame.py``). No rclpy, no torch; OpenCV is imported on the first decode.
 
 Modules: ``decode.py`` (identification, :func:`read_header`, :func:`decode_compressed` and the
 size checks); the header readers by kind of header: ``binary.py`` (jpeg, png, webp, bmp, tiff,

@@ -1,17 +1,17 @@
 """lingbot_ros_node: the lifecycle node. A thin adapter: ROS in, StreamingSession, ROS out.
 
-Threads: one executor thread runs the callbacks (image intake only queues; services and
-timers read snapshots), one worker thread (``FrameWorker``, while active) runs the session
-and publishes. State owners (docs/architecture.md): the node owns the lifecycle, the settings,
-the session object's lifetime and the pause switch (all changed on the executor thread only);
-the worker owns the queue, the frames in flight and the lock that serialises its frame with a
-reset; ``NodeTelemetry`` owns the counters (locked) and the worker publishes one frozen
-``NodeFacts`` a frame (the chain, the outputs' facts) into ``facts``: ~/status, the services and
-/diagnostics read those snapshots, through narrow read functions (``StatusReads``,
-``ServiceCalls``), never the node. ``StreamControl`` (from configure to cleanup) runs reset,
-load and save, one procedure each with or without a worker. ``main()`` lives in ``ros/main.py``; configure's heavy
-part in ``ros/session_build.py``; the scale source's inputs in ``ros/scale_inputs.py``; the
-snapshot handlers (resume, save, load, save on shutdown) in ``ros/session_snapshot.py``.
+Threads: one executor thread runs the callbacks (image intake only queues; services and timers read
+snapshots), one worker thread (``FrameWorker``, while active) runs the session and publishes. State
+owners (docs/architecture.md): the node owns the lifecycle, the settings, the session object's
+lifetime and the pause switch (all changed on the executor thread only); the worker owns the queue,
+the frames in flight and the lock that serialises its frame with a reset; ``NodeTelemetry`` owns the
+counters (locked) and the worker publishes one frozen ``NodeFacts`` a frame (the chain, the outputs'
+facts) into ``facts``: ~/status, the services and /diagnostics read those snapshots, through narrow
+read functions (``StatusReads``, ``ServiceCalls``), never the node. ``StreamControl`` (from
+configure to cleanup) runs reset, load and save, one procedure each with or without a worker.
+``main()`` lives in ``ros/main.py``; configure's heavy part in ``ros/lifecycle/session_build.py``;
+the scale source's inputs in ``ros/intake/scale_inputs.py``; the snapshot handlers (resume, save,
+load, save on shutdown) in ``ros/lifecycle/snapshot_handlers.py``.
 
 Failures: configure's heavy part (model, session, warm-up) runs on a ``BackgroundJob`` so a
 signal abandons it at once (``ConfigureInterrupted``); an exception in activate is logged
@@ -33,27 +33,27 @@ from std_msgs.msg import Header
 
 from ..geometry import FileRoot
 from ..session import StreamingSession
-from . import params
-from .background_job import BackgroundJob
-from .frame_worker import FrameWorker
-from .gc_pauses import GcPauses
-from .image_input import ImageInput
-from .outputs import Outputs
-from .node_config import scale_reads_tf
-from .node_files import check_snapshot_paths, open_files_root, unconfined_warning
-from .robot_frames import RobotFrames, tf_tree_mode
-from .scale_inputs import scale_inputs
-from .scale_topic import ScalePublisher
-from .node_facts import FactsBoard, NodeFacts
+from .params import declare as params
+from .lifecycle.background_job import BackgroundJob
+from .intake.worker import FrameWorker
+from .status.gc_pauses import GcPauses
+from .intake.image_input import ImageInput
+from .outputs.frame_outputs import Outputs
+from .params.node_config import scale_reads_tf
+from .lifecycle.file_policy import check_snapshot_paths, open_files_root, unconfined_warning
+from .tf.robot_frames import RobotFrames, tf_tree_mode
+from .intake.scale_inputs import scale_inputs
+from .outputs.scale_topic import ScalePublisher
+from .status.node_facts import FactsBoard, NodeFacts
 from .services import ServiceCalls, Services, StreamView
-from .session_build import build_session
-from .session_snapshot import NodeSnapshots
-from .status import Status, StatusReads
-from .stream_control import StreamControl
-from .stream_scale import StreamScale
-from .telemetry import NodeTelemetry
-from .tf_listener import TfListener
-from .tf_tree import TransformTree
+from .lifecycle.session_build import build_session
+from .lifecycle.snapshot_handlers import NodeSnapshots
+from .status.reports import Status, StatusReads
+from .lifecycle.stream_control import StreamControl
+from .intake.scale_msgs import StreamScale
+from .status.telemetry import NodeTelemetry
+from .tf.listener import TfListener
+from .tf.tree import TransformTree
 
 NODE_NAME = "lingbot_ros"
 CONFIGURE_POLL_S = 0.05  # how often a configure checks for SIGINT/SIGTERM
@@ -408,7 +408,7 @@ class LingbotNode(LifecycleNode):
 
     # -- services' side ----------------------------------------------------------------------
     def save_session(self, path):
-        """~/save_session: the ``SnapshotJob`` writing it (ros/stream_control.py)."""
+        """~/save_session: the ``SnapshotJob`` writing it (ros/lifecycle/stream_control.py)."""
         return self.stream.save(path)
 
     def load_session(self, path) -> tuple[bool, str, int]:

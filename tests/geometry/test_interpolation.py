@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from lingbot_ros.geometry import (as_transforms, interpolate_pose, interpolate_poses,
                                   interpolate_tq, matrix_to_tq, rigid_inverse,
                                   rotation_to_quaternion, rotation_vector, tq_to_matrix)
-from lingbot_ros.ros import tf_tree
+from lingbot_ros.ros.tf import tree as tf_tree
 from lingbot_ros.scale import se3
 
 
@@ -45,13 +45,13 @@ def old_interpolate_poses(stamps_ns, poses, query_ns):  # geometry/poses.py
     return out
 
 
-class _Sample(NamedTuple):  # ros/tf_tree.py
+class _Sample(NamedTuple):  # ros/tf/tree.py
     T: np.ndarray
     t: np.ndarray
     q: np.ndarray
 
 
-def old_tf_evaluate(pick):  # ros/tf_tree.py:118
+def old_tf_evaluate(pick):  # ros/tf/tree.py:118
     if isinstance(pick, _Sample):
         return pick.T
     a, b, ratio = pick

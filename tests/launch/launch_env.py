@@ -123,8 +123,8 @@ def tiny_params_file(path: Path, **params: Any) -> Path:
 
 def synthetic_bag(path: Path, frames: int, storage: str = "mcap") -> list[int]:
     """A synthetic rosbag2 (rgb8 images + camera_info at 30 Hz); its image stamps (ns)."""
-    from lingbot_ros.tools.synthetic import render_sequence
-    from lingbot_ros.tools.synthetic_writers import write_bag
+    from lingbot_ros.tools.synthetic.render import render_sequence
+    from lingbot_ros.tools.synthetic.writers import write_bag
     seq = render_sequence(frames, 80, 60, start_ns=BAG_START_NS)
     write_bag(seq, path, storage=storage, topic=IMAGE_TOPIC)
     return [int(t) for t in seq.stamps_ns]

@@ -1,12 +1,12 @@
-"""Run inside the throwaway cv-bridge venv (see test_cv_bridge_parity.py): decode and encode
-every case with cv_bridge and with lingbot_ros.ros.convert, print one JSON line of results."""
+"""Run inside the throwaway cv-bridge venv (see test_cv_bridge_parity.py): decode and encode every
+case with cv_bridge and with lingbot_ros.ros.intake.convert, print one JSON line of results."""
 import json
 import sys
 
 import numpy as np
 
 from cv_bridge import CvBridge
-from lingbot_ros.ros.convert import ENCODINGS, ImageRejected, array_to_image, image_to_array
+from lingbot_ros.ros.intake.convert import ENCODINGS, ImageRejected, array_to_image, image_to_array
 
 
 def case(encoding: str, big_endian: bool) -> dict:

@@ -24,8 +24,8 @@ def header(t_ns: int, frame_id: str = "camera_optical_frame"):
 def good_images(count: int, width: int = 80, height: int = 60, start_ns: int = BAG_START_NS,
                 hz: float = 30.0, seed: int = 0) -> list:
     """``count`` rgb8 Images of the synthetic scene, stamps ``start_ns + i / hz``."""
-    from lingbot_ros.ros.convert import array_to_image
-    from lingbot_ros.tools.synthetic import render_sequence
+    from lingbot_ros.ros.intake.convert import array_to_image
+    from lingbot_ros.tools.synthetic.render import render_sequence
     seq = render_sequence(count, width, height, fps=hz, seed=seed, start_ns=start_ns)
     return [array_to_image(img, "rgb8", header=header(int(t)))
             for img, t in zip(seq.images, seq.stamps_ns)]
@@ -34,8 +34,8 @@ def good_images(count: int, width: int = 80, height: int = 60, start_ns: int = B
 def make_bag(path: Path, frames: int, storage: str = "mcap", width: int = 80,
              height: int = 60) -> list[int]:
     """A synthetic rosbag2 (image + camera_info at 30 Hz); returns its image stamps (ns)."""
-    from lingbot_ros.tools.synthetic import render_sequence
-    from lingbot_ros.tools.synthetic_writers import write_bag
+    from lingbot_ros.tools.synthetic.render import render_sequence
+    from lingbot_ros.tools.synthetic.writers import write_bag
     seq = render_sequence(frames, width, height, start_ns=BAG_START_NS)
     write_bag(seq, path, storage=storage)
     return [int(t) for t in seq.stamps_ns]

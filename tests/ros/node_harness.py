@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional, Union
 
 import pytest
 
-from lingbot_ros.ros.background_node import BackgroundNode
+from lingbot_ros.clients.background_node import BackgroundNode
 from tests.ros.node_data import IMAGE_TOPIC, stamp_ns
 from tests.ros.node_data import (good_images, header, image_stamps_in_bag,  # noqa: F401
                                  make_bag, median)  # re-exported: the tests import them here

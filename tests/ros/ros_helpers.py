@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from lingbot_ros.ros.background_node import BackgroundNode
+from lingbot_ros.clients.background_node import BackgroundNode
 
 REPO = Path(__file__).resolve().parents[2]
 BAG_START_NS = 1_700_000_000 * 10**9  # far from the wall clock: /clock values are bag time
@@ -127,8 +127,8 @@ class RawReceiver(BackgroundNode):
 
 
 def start_replay(args: list[str], env: dict[str, str]) -> subprocess.Popen:
-    """``python -m lingbot_ros.tools.bag_replay ARGS`` in a child process (text output)."""
-    return subprocess.Popen([sys.executable, "-m", "lingbot_ros.tools.bag_replay", *args],
+    """``python -m lingbot_ros.tools.replay.cli ARGS`` in a child process (text output)."""
+    return subprocess.Popen([sys.executable, "-m", "lingbot_ros.tools.replay.cli", *args],
                             env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
 

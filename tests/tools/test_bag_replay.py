@@ -8,8 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from lingbot_ros.tools.bag_player import ReplayOptions
-from lingbot_ros.tools.bag_replay import parse_args
+from lingbot_ros.tools.replay.player import ReplayOptions
+from lingbot_ros.tools.replay.cli import parse_args
 from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
 from tests.ros.ros_helpers import (BAG_START_NS, RawReceiver, Recorded, finish, start_replay,
                                    write_bag)
@@ -28,7 +28,7 @@ def recorded_messages() -> list[Recorded]:
     from std_msgs.msg import Header
     from tf2_msgs.msg import TFMessage
 
-    from lingbot_ros.ros.convert import array_to_image
+    from lingbot_ros.ros.intake.convert import array_to_image
 
     def header(t_ns: int, frame: str) -> Header:
         return Header(stamp=Time(sec=t_ns // 10**9, nanosec=t_ns % 10**9), frame_id=frame)
@@ -107,7 +107,7 @@ def test_full_size_frames_arrive_intact(tmp_path, ros_env):
     # 640x480 rgb8 (~0.9 MB a message: fragmented on the wire) at 15 Hz, as a camera would.
     from rclpy.serialization import serialize_message
 
-    from lingbot_ros.ros.convert import array_to_image
+    from lingbot_ros.ros.intake.convert import array_to_image
     Image, _ = message_types()
     rng = np.random.default_rng(1)
     frames = [Recorded(IMAGE, "sensor_msgs/msg/Image", BAG_START_NS + int(i * 1e9 / 15),

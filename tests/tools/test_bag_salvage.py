@@ -1,13 +1,13 @@
 """A truncated rosbag2 (sqlite3 and mcap, as the repo's writer makes them, then cut as a
-killed recorder leaves them) is read up to the cut by tools/bag_salvage.py: the more of the
+killed recorder leaves them) is read up to the cut by tools/sources/bag_salvage.py: the more of the
 file is left, the more whole messages, each the one written, never a broken one."""
 import numpy as np
 import pytest
 
-from lingbot_ros.tools.bag_salvage import salvage
-from lingbot_ros.tools.bag_source import BagDepthStream, BagSource
-from lingbot_ros.tools.synthetic import render_sequence
-from lingbot_ros.tools.synthetic_writers import write_bag
+from lingbot_ros.tools.sources.bag_salvage import salvage
+from lingbot_ros.tools.sources.bag import BagDepthStream, BagSource
+from lingbot_ros.tools.synthetic.render import render_sequence
+from lingbot_ros.tools.synthetic.writers import write_bag
 
 
 @pytest.fixture(scope="module")

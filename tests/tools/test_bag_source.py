@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from lingbot_ros.preprocess import preprocess
-from lingbot_ros.tools.bag_source import BagSource, list_image_topics
-from lingbot_ros.tools.frame_sources import SKIP_REASONS
-from lingbot_ros.tools.synthetic import render_sequence
-from lingbot_ros.tools.synthetic_writers import write_bag
+from lingbot_ros.tools.sources.bag import BagSource, list_image_topics
+from lingbot_ros.tools.sources.files import SKIP_REASONS
+from lingbot_ros.tools.synthetic.render import render_sequence
+from lingbot_ros.tools.synthetic.writers import write_bag
 from tests.tools.test_frame_sources import as_rgb
 
 

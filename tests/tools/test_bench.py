@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from lingbot_ros.tools.bench import main
+from lingbot_ros.tools.bench.cli import main
 
 
 def test_bench_reports_latency_fps_memory_cache_and_parity_per_config(tmp_path):
@@ -76,7 +76,7 @@ def test_settings_table_configs_and_the_flop_count(tmp_path):
     of a steady frame grow with the input and with the window."""
     import pytest
 
-    from lingbot_ros.tools.bench import height_for, settings_config, settings_configs
+    from lingbot_ros.tools.bench.cli import height_for, settings_config, settings_configs
     assert [height_for(w) for w in (518, 392, 294, 224)] == [392, 294, 224, 168]
     names = settings_configs()
     assert len(names) == 4 * 3 * 2 and names[0] == "w518_win64_all"

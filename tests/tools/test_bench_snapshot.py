@@ -1,7 +1,7 @@
 """lingbot-ros-bench --snapshot: the snapshot's cost, and a restore that continues exactly."""
 import json
 
-from lingbot_ros.tools.bench import main
+from lingbot_ros.tools.bench.cli import main
 
 
 def test_bench_snapshot_reports_size_times_and_an_identical_next_frame(tmp_path):

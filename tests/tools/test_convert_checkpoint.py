@@ -17,8 +17,8 @@ import torch
 
 from lingbot_ros.model import CheckpointError, GCTConfig, GCTModel, load_weights, read_state_dict
 from lingbot_ros.tools.convert_checkpoint import main as convert_main
-from lingbot_ros.tools.offline import load_model as offline_load_model
-from lingbot_ros.tools.offline import parse_args as offline_args
+from lingbot_ros.tools.offline.cli import load_model as offline_load_model
+from lingbot_ros.tools.offline.cli import parse_args as offline_args
 
 REPO = Path(__file__).resolve().parents[2]
 

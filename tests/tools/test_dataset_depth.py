@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from lingbot_ros.geometry import format_stamp
-from lingbot_ros.tools.bag_source import DEFAULT_DEPTH_TOPIC, BagSource
-from lingbot_ros.tools.datasets import open_dataset
-from lingbot_ros.tools.synthetic import render_sequence
-from lingbot_ros.tools.synthetic_writers import depth_to_u16, write_bag, write_tum_rgbd
+from lingbot_ros.tools.sources.bag import DEFAULT_DEPTH_TOPIC, BagSource
+from lingbot_ros.tools.sources.datasets import open_dataset
+from lingbot_ros.tools.synthetic.render import render_sequence
+from lingbot_ros.tools.synthetic.writers import depth_to_u16, write_bag, write_tum_rgbd
 from tests.tools.dataset_layouts import write_seven_scenes, write_tum_rgbd as tum_layout
 
 

@@ -1,4 +1,4 @@
-"""Public dataset layouts read as published (lingbot_ros.tools.datasets): for each layout a
+"""Public dataset layouts read as published (lingbot_ros.tools.sources.datasets): for each layout a
 few-frame synthetic copy in tmp_path, opened with format='auto' and explicitly: the format
 detected, the stamps exactly as the files say (int ns), image count and order, ground truth
 equal to the hand-computed conversion to the read camera, bad index lines named by
@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from lingbot_ros.geometry import read_tum, tq_to_matrix
-from lingbot_ros.tools.datasets import (FORMATS, Dataset, GroundTruth, detect_format,
+from lingbot_ros.tools.sources.datasets import (FORMATS, Dataset, GroundTruth, detect_format,
                                         open_dataset, write_ground_truth_tum)
-from lingbot_ros.tools.datasets.kitti import T_c0_camera, camera_offset, read_calib
-from lingbot_ros.tools.frame import SKIP_REASONS
-from lingbot_ros.tools.frame_sources import ImageFolderSource
-from lingbot_ros.tools.synthetic import render_sequence
-from lingbot_ros.tools.synthetic_writers import write_bag, write_video
+from lingbot_ros.tools.sources.datasets.kitti import T_c0_camera, camera_offset, read_calib
+from lingbot_ros.tools.sources.frame import SKIP_REASONS
+from lingbot_ros.tools.sources.files import ImageFolderSource
+from lingbot_ros.tools.synthetic.render import render_sequence
+from lingbot_ros.tools.synthetic.writers import write_bag, write_video
 from tests.tools.dataset_layouts import (EUROC_T_BS, kitti_calib, pixel, write_euroc,
                                          write_kitti, write_png, write_seven_scenes,
                                          write_tum_rgbd)
@@ -474,7 +474,7 @@ def test_missing_file_is_a_skip_reason():
 
 
 def test_importing_the_package_does_not_import_torch():
-    code = ("import sys, lingbot_ros.tools.datasets; "
+    code = ("import sys, lingbot_ros.tools.sources.datasets; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -1,7 +1,7 @@
 """`make demo` runs lingbot-ros-demo: keep it working (short run)."""
 import json
 
-from lingbot_ros.tools.demo import main
+from lingbot_ros.tools.offline.demo import main
 
 
 def test_demo_runs_the_pipeline_on_a_synthetic_bag_and_says_weights_are_random(tmp_path, capsys):

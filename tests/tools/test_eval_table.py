@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from lingbot_ros.tools.eval_table import main, sequence_names
-from lingbot_ros.tools.synthetic import render_sequence
-from lingbot_ros.tools.synthetic_writers import write_tum_rgbd
+from lingbot_ros.tools.eval.table import main, sequence_names
+from lingbot_ros.tools.synthetic.render import render_sequence
+from lingbot_ros.tools.synthetic.writers import write_tum_rgbd
 
 FAST = ["--width", "56", "--scale-frames", "2", "--window", "4", "--rollover", "8",
         "--no-progress"]
@@ -74,8 +74,8 @@ def test_sequence_names_are_unique_folder_names(tmp_path):
 
 
 def test_with_a_scale_the_table_has_the_se3_ate_in_metres(tmp_path, sequences):
-    from lingbot_ros.tools.eval_table import parse_args
-    from lingbot_ros.tools.fleet import run_settings, settings_digest
+    from lingbot_ros.tools.eval.table import parse_args
+    from lingbot_ros.tools.eval.fleet import run_settings, settings_digest
     out = tmp_path / "eval"
     assert main([str(sequences[0]), "--policies", "all", "--out", str(out), "--scale",
                  "fixed:0.5", *FAST]) == 0
@@ -94,7 +94,7 @@ def test_with_a_scale_the_table_has_the_se3_ate_in_metres(tmp_path, sequences):
 
 
 def test_a_unit_whose_input_ended_early_says_so_in_its_note():
-    from lingbot_ros.tools.eval_table import row_of
+    from lingbot_ros.tools.eval.table import row_of
     row = row_of("rec", "all", {"input_ended_early": "bag rec is truncated (rec_0.mcap: the "
                                 "MCAP file ends inside a record)", "frames_processed": 9})
     assert row["error"].startswith("input ended early: bag rec is truncated")

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from lingbot_ros.tools.synthetic import render_sequence
-from lingbot_ros.tools.synthetic_writers import write_bag, write_tum_rgbd
+from lingbot_ros.tools.synthetic.render import render_sequence
+from lingbot_ros.tools.synthetic.writers import write_bag, write_tum_rgbd
 
 RAY = Path(sys.executable).with_name("ray")
 GCS_PORT = 46379  # the namespace has its own ports: nothing else listens there
@@ -92,7 +92,7 @@ ENV = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", OMP_NUM_THREADS="1", PYTHONU
 
 def local_eval(*args, check_rc=None):
     """lingbot-ros-eval without --ray, in a subprocess (one torch thread, like a worker)."""
-    proc = subprocess.run([sys.executable, "-m", "lingbot_ros.tools.eval_table",
+    proc = subprocess.run([sys.executable, "-m", "lingbot_ros.tools.eval.table",
                            *map(str, args)], env=ENV, capture_output=True, text=True,
                           timeout=RUN_S)
     out = proc.stdout + proc.stderr
@@ -143,7 +143,7 @@ class Cluster:
         """lingbot-ros-eval in a subprocess (in the namespace with --ray); (rc, output)."""
         if not ray:
             return local_eval(*args, check_rc=check_rc)
-        argv = self.in_netns([sys.executable, "-m", "lingbot_ros.tools.eval_table",
+        argv = self.in_netns([sys.executable, "-m", "lingbot_ros.tools.eval.table",
                               *map(str, args), "--ray", self.address])
         proc = subprocess.run(argv, env=self.env, capture_output=True, text=True,
                               timeout=RUN_S)
@@ -153,7 +153,7 @@ class Cluster:
         return proc.returncode, out
 
     def popen_eval(self, *args):
-        argv = self.in_netns([sys.executable, "-m", "lingbot_ros.tools.eval_table",
+        argv = self.in_netns([sys.executable, "-m", "lingbot_ros.tools.eval.table",
                               *map(str, args), "--ray", self.address])
         return subprocess.Popen(argv, env=self.env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
@@ -479,11 +479,11 @@ def test_a_rerun_unit_with_scale_and_ply_resumes_from_its_snapshot(sequences, tm
     """--snapshot-every with --scale and --ply (no Ray: the unit's own code): an earlier
     attempt saved the unit's stream after 9 frames; the rerun continues from there and
     writes the trajectory (in metres) and the points of one uninterrupted run."""
-    from lingbot_ros.tools.eval_table import parse_args as eval_args
-    from lingbot_ros.tools.fleet import (OutputTree, execute_unit, plan_units, run_settings,
+    from lingbot_ros.tools.eval.table import parse_args as eval_args
+    from lingbot_ros.tools.eval.fleet import (OutputTree, execute_unit, plan_units, run_settings,
                                          unit_snapshot_folder)
-    from lingbot_ros.tools.offline import load_model
-    from lingbot_ros.tools.offline import main as offline_main
+    from lingbot_ros.tools.offline.cli import load_model
+    from lingbot_ros.tools.offline.cli import main as offline_main
 
     extra = ["--scale", "fixed:0.25", "--ply"]
 

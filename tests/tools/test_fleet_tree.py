@@ -2,7 +2,7 @@
 by a later attempt's, and nothing of either attempt is left behind."""
 import os
 
-from lingbot_ros.tools.fleet import OutputTree
+from lingbot_ros.tools.eval.fleet import OutputTree
 
 
 def test_a_later_attempt_replaces_the_unit_folder_whole(tmp_path):

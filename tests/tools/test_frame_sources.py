@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from lingbot_ros.preprocess import preprocess
-from lingbot_ros.tools.bag_source import BagSource, list_image_topics
-from lingbot_ros.tools.frame_sources import Frame, ImageFolderSource, VideoSource, open_source
-from lingbot_ros.tools.synthetic import render_sequence
-from lingbot_ros.tools.synthetic_writers import write_bag, write_image_folder, write_video
+from lingbot_ros.tools.sources.bag import BagSource, list_image_topics
+from lingbot_ros.tools.sources.files import Frame, ImageFolderSource, VideoSource, open_source
+from lingbot_ros.tools.synthetic.render import render_sequence
+from lingbot_ros.tools.synthetic.writers import write_bag, write_image_folder, write_video
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +88,8 @@ def test_folder_every_extension_decodes_and_bombs_are_skipped_undecoded(tmp_path
     """Every IMAGE_EXTENSIONS file decodes (the compressed decoder the node uses). A file whose
     header declares 16000 x 16000 is skipped as too_large before OpenCV sees it, and bytes in
     no format we read are skipped as corrupt, undecoded."""
-    from lingbot_ros.tools.frame import MAX_IMAGE_PIXELS, SKIP_REASONS
-    from lingbot_ros.tools.frame_sources import IMAGE_EXTENSIONS
+    from lingbot_ros.tools.sources.frame import MAX_IMAGE_PIXELS, SKIP_REASONS
+    from lingbot_ros.tools.sources.files import IMAGE_EXTENSIONS
     from tests.test_image_header import png_header, vp8l_constant
     img = np.random.default_rng(2).integers(0, 255, (8, 10, 3), np.uint8)
     for i, ext in enumerate(IMAGE_EXTENSIONS):
@@ -124,8 +124,8 @@ def test_folder_every_extension_decodes_and_bombs_are_skipped_undecoded(tmp_path
 def test_bag_compressed_bomb_is_skipped_undecoded(monkeypatch):
     from types import SimpleNamespace
 
-    from lingbot_ros.tools.bag_source import image_from_compressed
-    from lingbot_ros.tools.frame import SkippedFrame
+    from lingbot_ros.tools.sources.bag import image_from_compressed
+    from lingbot_ros.tools.sources.frame import SkippedFrame
     from tests.test_image_header import vp8l_constant
 
     def imdecode(*args, **kwargs):

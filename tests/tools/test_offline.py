@@ -8,10 +8,10 @@ import pytest
 from evo.core import metrics, sync
 from evo.tools import file_interface
 
-from lingbot_ros.tools.offline import main
+from lingbot_ros.tools.offline.cli import main
 from lingbot_ros.geometry import read_ply
-from lingbot_ros.tools.synthetic import render_sequence
-from lingbot_ros.tools.synthetic_writers import write_bag, write_image_folder, write_video
+from lingbot_ros.tools.synthetic.render import render_sequence
+from lingbot_ros.tools.synthetic.writers import write_bag, write_image_folder, write_video
 
 FAST = ["--width", "56", "--scale-frames", "2", "--window", "4", "--rollover", "8",
         "--keyframes", "every_n", "--no-progress"]
@@ -91,7 +91,7 @@ def test_video(tmp_path, seq):
 def test_bag_through_the_console_entry_point(tmp_path, seq, storage):
     written = write_bag(seq, tmp_path / f"bag_{storage}", storage=storage)
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "lingbot_ros.tools.offline", str(written.path),
+    proc = subprocess.run([sys.executable, "-m", "lingbot_ros.tools.offline.cli", str(written.path),
                            "--out", str(out), *FAST], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "RANDOM weights" in proc.stderr  # says loudly that poses mean nothing
@@ -125,8 +125,8 @@ def test_help_shows_every_default(capsys):
 
 
 def test_progress_totals_come_from_the_source(tmp_path, seq):
-    from lingbot_ros.tools.frame_sources import open_source
-    from lingbot_ros.tools.offline import source_total
+    from lingbot_ros.tools.sources.files import open_source
+    from lingbot_ros.tools.offline.cli import source_total
     assert source_total(open_source(write_video(seq, tmp_path / "clip.avi").path)) == len(seq)
     assert source_total(open_source(write_bag(seq, tmp_path / "bag", storage="mcap").path)) == \
         len(seq)

@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from lingbot_ros.tools.synthetic import render_sequence
-from lingbot_ros.tools.synthetic_writers import write_bag, write_image_folder
+from lingbot_ros.tools.synthetic.render import render_sequence
+from lingbot_ros.tools.synthetic.writers import write_bag, write_image_folder
 
 FAST = ["--width", "56", "--scale-frames", "2", "--window", "4", "--no-progress"]
-CLI = [sys.executable, "-m", "lingbot_ros.tools.offline"]
+CLI = [sys.executable, "-m", "lingbot_ros.tools.offline.cli"]
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from lingbot_ros.tools.offline import main
-from lingbot_ros.tools.synthetic import render_sequence
-from lingbot_ros.tools.synthetic_writers import write_bag
+from lingbot_ros.tools.offline.cli import main
+from lingbot_ros.tools.synthetic.render import render_sequence
+from lingbot_ros.tools.synthetic.writers import write_bag
 
 FAST = ["--width", "56", "--scale-frames", "2", "--window", "4", "--rollover", "8",
         "--keyframes", "every_n", "--no-progress"]
@@ -52,10 +52,10 @@ def test_resume_refuses_another_setting_or_recording(tmp_path, bag, caplog):
 
 
 def test_a_rerun_fleet_unit_resumes_from_its_last_snapshot(tmp_path, bag):
-    from lingbot_ros.tools.eval_table import parse_args as eval_args
-    from lingbot_ros.tools.fleet import (OutputTree, execute_unit, plan_units, run_settings,
+    from lingbot_ros.tools.eval.table import parse_args as eval_args
+    from lingbot_ros.tools.eval.fleet import (OutputTree, execute_unit, plan_units, run_settings,
                                          unit_snapshot_folder)
-    from lingbot_ros.tools.offline import load_model
+    from lingbot_ros.tools.offline.cli import load_model
 
     def unit_run(out, snapshot_every):
         args = eval_args([str(bag), "--policies", "every_n", "--out", str(out), *FAST[:-3],
@@ -139,7 +139,7 @@ def test_resume_refuses_another_recording_of_the_same_length_and_rate(tmp_path, 
     """Image folders take their stamps from --fps: two recordings of one length and rate
     have the same stamps. The snapshot of s1 resumed on s4 was accepted and the outputs
     mixed both; the fingerprint of the input's first frames refuses it (s1 itself resumes)."""
-    from lingbot_ros.tools.synthetic_writers import write_image_folder
+    from lingbot_ros.tools.synthetic.writers import write_image_folder
     s1, s4 = (write_image_folder(render_sequence(12, 80, 60, seed=seed), tmp_path / name).path
               for seed, name in ((0, "s1"), (3, "s4")))
     snap = tmp_path / "snap"

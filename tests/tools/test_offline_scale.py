@@ -14,11 +14,11 @@ from evo.tools import file_interface
 from lingbot_ros.geometry import read_ply, read_ply_comments, read_tum, read_tum_header
 from lingbot_ros.scale import crop_indices
 from lingbot_ros.session import StreamingSession, load_session_model
-from lingbot_ros.tools.datasets import open_dataset
-from lingbot_ros.tools.offline import main, parse_args, session_config
-from lingbot_ros.tools.offline_scale import (parse_scale, parse_scale_params, scale_config)
-from lingbot_ros.tools.synthetic import render_sequence
-from lingbot_ros.tools.synthetic_writers import write_tum_rgbd
+from lingbot_ros.tools.sources.datasets import open_dataset
+from lingbot_ros.tools.offline.cli import main, parse_args, session_config
+from lingbot_ros.tools.offline.scale_args import (parse_scale, parse_scale_params, scale_config)
+from lingbot_ros.tools.synthetic.render import render_sequence
+from lingbot_ros.tools.synthetic.writers import write_tum_rgbd
 
 FRAMES = 10
 FAST = ["--width", "56", "--scale-frames", "2", "--window", "4", "--rollover", "8",
@@ -212,7 +212,7 @@ def test_camera_height_needs_a_height_except_on_kitti(tmp_path, runs):
     assert main([str(runs["tum"]), "--out", str(tmp_path / "o"), "--scale", "camera_height",
                  *FAST]) == 2
     # a folder of images has no depth: --scale depth says so before the run
-    from lingbot_ros.tools.synthetic_writers import write_image_folder
+    from lingbot_ros.tools.synthetic.writers import write_image_folder
     folder = write_image_folder(runs["seq"], tmp_path / "frames").path
     with pytest.raises(ValueError, match="no aligned depth"):
         scale_config(parse_args([str(folder), "--scale", "depth"]), open_dataset(folder))
@@ -239,7 +239,7 @@ def floor_frame(index: int, height_units: float, h: int = 84, w: int = 112):
 
 def test_camera_height_samples_the_floor_below_a_level_camera():
     from lingbot_ros.scale import ScaleConfig
-    from lingbot_ros.tools.offline_scale import OfflineScale
+    from lingbot_ros.tools.offline.scale_args import OfflineScale
     scale = OfflineScale(ScaleConfig(source="camera_height", camera_height_m=1.5,
                                      min_samples=3, ground_min_inliers=100))
     for i in range(3):

@@ -10,12 +10,12 @@ import sys
 import pytest
 
 from lingbot_ros.geometry import TUM_HEADER, write_ply, write_tum
-from lingbot_ros.tools.offline_outputs import OFFLINE_FILES
+from lingbot_ros.tools.offline.outputs import OFFLINE_FILES
 from lingbot_ros.tools.out_folder import (OurFile, OutRefused, check_out_file,
                                           check_out_folder, check_our_folder,
                                           json_report_begins, write_json_report)
-from lingbot_ros.tools.synthetic import render_sequence
-from lingbot_ros.tools.synthetic_writers import write_image_folder
+from lingbot_ros.tools.synthetic.render import render_sequence
+from lingbot_ros.tools.synthetic.writers import write_image_folder
 
 TUM = OurFile("trajectory.tum", (TUM_HEADER + "\n").encode())
 FAST = ["--width", "56", "--scale-frames", "2", "--window", "4", "--no-progress"]
@@ -79,7 +79,8 @@ def cli(module, *args, timeout=300):
     return proc
 
 
-@pytest.mark.parametrize("module", ["lingbot_ros.tools.bench", "lingbot_ros.tools.bench_cache"])
+@pytest.mark.parametrize("module", ["lingbot_ros.tools.bench.cli",
+                                    "lingbot_ros.tools.bench.cache_cost"])
 def test_a_bench_refuses_to_overwrite_a_file_it_did_not_write(tmp_path, module):
     target = tmp_path / "results.json"
     target.write_text('{"mine": 1}\n')
@@ -99,7 +100,7 @@ def frames(tmp_path_factory):
 
 def test_eval_refuses_a_table_or_a_unit_file_it_did_not_write(tmp_path, frames):
     out = tmp_path / "eval"
-    args = ["lingbot_ros.tools.eval_table", frames, "--policies", "all", "--out", out, *FAST]
+    args = ["lingbot_ros.tools.eval.table", frames, "--policies", "all", "--out", out, *FAST]
     assert cli(*args).returncode == 0  # a fresh folder
     assert cli(*args).returncode == 0  # its own files are replaced
     (out / "frames" / "all" / "notes.txt").write_text("mine")
@@ -113,20 +114,20 @@ def test_eval_refuses_a_table_or_a_unit_file_it_did_not_write(tmp_path, frames):
     proc = cli(*args)
     assert proc.returncode == 2 and "table.md: it exists and was not written" in proc.stderr
     assert (out / "table.md").read_text() == "my table\n"
-    proc = cli("lingbot_ros.tools.eval_table", frames, "--out", "/proc/eval_out", *FAST)
+    proc = cli("lingbot_ros.tools.eval.table", frames, "--out", "/proc/eval_out", *FAST)
     assert proc.returncode == 2 and "cannot write in /proc" in proc.stderr
 
 
 def test_the_demo_refuses_an_out_holding_its_bag_before_rendering(tmp_path):
     (tmp_path / "scene_bag").mkdir()
-    proc = cli("lingbot_ros.tools.demo", "--frames", "4", "--out", tmp_path)
+    proc = cli("lingbot_ros.tools.offline.demo", "--frames", "4", "--out", tmp_path)
     assert proc.returncode == 2 and "scene_bag exists" in proc.stderr
     assert "rendering" not in proc.stdout
 
 
 def test_the_ros_demo_refuses_a_map_it_did_not_write_before_starting_anything(tmp_path):
     (tmp_path / "map.ply").write_text("my map\n")
-    proc = cli("lingbot_ros.ros.demo", "--frames", "4", "--out", tmp_path)
+    proc = cli("lingbot_ros.clients.demo", "--frames", "4", "--out", tmp_path)
     assert proc.returncode == 2 and "map.ply: it exists and was not written" in proc.stderr
     assert "rendering" not in proc.stdout and not (tmp_path / "scene_bag").exists()
     assert (tmp_path / "map.ply").read_text() == "my map\n"

@@ -9,10 +9,10 @@ from evo.tools import file_interface
 from scipy.spatial.transform import Rotation
 
 from lingbot_ros.geometry import Sim3, umeyama, write_tum
-from lingbot_ros.tools import plot
-from lingbot_ros.tools.plot import (MATPLOTLIB_HINT, plot_data, plot_evaluation,
+from lingbot_ros.tools.metrics import plot
+from lingbot_ros.tools.metrics.plot import (MATPLOTLIB_HINT, plot_data, plot_evaluation,
                                     require_matplotlib, view_axes)
-from lingbot_ros.tools.trajectory_eval import associate
+from lingbot_ros.tools.metrics.trajectory import associate
 
 PNG = b"\x89PNG\r\n\x1a\n"
 MS = 1_000_000

@@ -7,9 +7,9 @@ import pytest
 
 from lingbot_ros.session.keyframes import camera_motion_flow
 from lingbot_ros.geometry import c2w_to_map, read_tum
-from lingbot_ros.tools import synthetic
-from lingbot_ros.tools.synthetic import default_intrinsics, render_sequence
-from lingbot_ros.tools.synthetic_writers import (DEFAULT_DEPTH_TOPIC, depth_to_u16,
+from lingbot_ros.tools.synthetic import render as synthetic
+from lingbot_ros.tools.synthetic.render import default_intrinsics, render_sequence
+from lingbot_ros.tools.synthetic.writers import (DEFAULT_DEPTH_TOPIC, depth_to_u16,
                                                  gt_path_for, write_bag, write_image_folder,
                                                  write_video)
 

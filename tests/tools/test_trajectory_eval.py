@@ -9,7 +9,7 @@ from evo.tools import file_interface
 from scipy.spatial.transform import Rotation
 
 from lingbot_ros.geometry import Sim3, read_tum, write_tum
-from lingbot_ros.tools.trajectory_eval import associate, ate, evaluate, rpe
+from lingbot_ros.tools.metrics.trajectory import associate, ate, evaluate, rpe
 
 T0 = 1_700_000_000_000_000_000  # epoch-sized stamps, as recordings have
 HZ = 30.0

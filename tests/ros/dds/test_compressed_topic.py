@@ -54,7 +54,7 @@ def compressed_frames(count: int, start: int = 0) -> list:
     import cv2
     from sensor_msgs.msg import CompressedImage
 
-    from lingbot_ros.ros.convert import array_to_compressed, image_to_array
+    from lingbot_ros.ros.intake.convert import array_to_compressed, image_to_array
     out = []
     for i, image in enumerate(good_images(start + count)[start:]):
         rgb = image_to_array(image)
@@ -130,7 +130,7 @@ def test_image_subscription_names(ros_env, remaps, namespace, image_topic, expec
     import rclpy
     from sensor_msgs.msg import CompressedImage, Image
 
-    from lingbot_ros.ros.topics import image_subscription
+    from lingbot_ros.ros.params.topics import image_subscription
     args = ["--ros-args"] + [arg for rule in remaps for arg in ("-r", rule)]
     context = rclpy.Context()
     rclpy.init(args=args, context=context)

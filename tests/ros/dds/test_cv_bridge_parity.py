@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from lingbot_ros.ros.convert import ENCODINGS
+from lingbot_ros.ros.intake.convert import ENCODINGS
 from tests.ros.ros_helpers import REPO
 
 SPEC = ["cv-bridge==1.13.0.post0", "numpy>=2,<2.3", "opencv-python-headless>=4.8,<5"]

@@ -17,7 +17,7 @@ def _line(out: str, label: str) -> str:
 
 
 def test_ros_demo_runs_node_replay_and_services(ros_env, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "lingbot_ros.ros.demo", "--frames", "20",
+    proc = subprocess.run([sys.executable, "-m", "lingbot_ros.clients.demo", "--frames", "20",
                            "--out", str(tmp_path)], env=ros_env, cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -7,7 +7,7 @@ import time
 
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
-from lingbot_ros.ros.image_input import fitting_reliability
+from lingbot_ros.ros.intake.image_input import fitting_reliability
 from tests.ros.node_harness import IMAGE_TOPIC, NodeProcess, Probe, good_images
 from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
 

@@ -14,7 +14,7 @@ PARAMS = {"qos.image": "reliable", "qos.image_depth": 50, "queue_size": 50,
 
 
 def bad_images() -> dict[str, object]:
-    """One malformed Image per reject reason of lingbot_ros.ros.convert."""
+    """One malformed Image per reject reason of lingbot_ros.ros.intake.convert."""
     from sensor_msgs.msg import Image
 
     def image(i, **fields):

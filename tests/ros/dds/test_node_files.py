@@ -1,5 +1,5 @@
 """files.root and the configure checks of session.resume_from / session.save_on_shutdown
-(ros/node_files.py): the rules as plain functions, then over DDS: a first boot with
+(ros/lifecycle/file_policy.py): the rules as plain functions, then over DDS: a first boot with
 resume_from equal to save_on_shutdown (session.resume_if_present), a save_on_shutdown folder
 that does not exist or is outside the root failing the configure before any frame, the
 default root created under $ROS_HOME, and files.root '/' warned about."""
@@ -11,9 +11,9 @@ import os
 import pytest
 
 from lingbot_ros.geometry import FileRefused, FileRoot
-from lingbot_ros.ros.node_files import (check_snapshot_paths, default_files_root,
+from lingbot_ros.ros.lifecycle.file_policy import (check_snapshot_paths, default_files_root,
                                         open_files_root, unconfined_warning, write_target)
-from lingbot_ros.ros.params import build_settings
+from lingbot_ros.ros.params.declare import build_settings
 from tests.ros.node_harness import NodeProcess, Probe, good_images
 from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
 

@@ -199,7 +199,7 @@ def test_status_once_per_image_the_worker_takes(tmp_path, ros_env):
 
 @pytest.mark.parametrize("freeze", [False, True])
 def test_the_collectors_full_collections_are_on_diagnostics(tmp_path, ros_env, freeze):
-    """/diagnostics carries the garbage collector's figures (ros/gc_pauses.py): the full
+    """/diagnostics carries the garbage collector's figures (ros/status/gc_pauses.py): the full
     collections and their pauses, consistent, and the objects gc_freeze kept out of them."""
     node = NodeProcess(ros_env, tmp_path, {**FAST_DIAG, "gc_freeze": freeze})
     with node, Probe() as probe:

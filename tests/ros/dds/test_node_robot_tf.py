@@ -47,7 +47,7 @@ def expected_results(images):
                            window=TINY_PARAMS["cache.window"], rollover_keyframes=320,
                            preprocess=PreprocessConfig(width=TINY_PARAMS["input.width"]))
     session, _ = open_session(config, "tiny", precision="auto")
-    from lingbot_ros.ros.convert import image_to_array
+    from lingbot_ros.ros.intake.convert import image_to_array
     out = {}
     for msg in images:
         for r in session.push(image_to_array(msg), stamp_ns(msg.header.stamp), msg.encoding):

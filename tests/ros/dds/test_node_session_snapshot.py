@@ -12,8 +12,8 @@ import json
 import numpy as np
 import pytest
 
-from lingbot_ros.tools.synthetic import render_sequence
-from lingbot_ros.tools.synthetic_writers import write_bag
+from lingbot_ros.tools.synthetic.render import render_sequence
+from lingbot_ros.tools.synthetic.writers import write_bag
 from tests.ros.node_harness import IMAGE_TOPIC, NodeProcess, Probe, stamp_ns
 from tests.ros.ros_helpers import BAG_START_NS, finish, start_replay
 from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
@@ -168,8 +168,9 @@ def test_scale_restore_rules_without_a_node():
     """check_scale refuses another source before anything changes; restore_scale continues a
     LOCKED estimate; a snapshot without an estimate (an older build's) restarts a metric one
     with a warning; none/fixed need none."""
-    from lingbot_ros.ros.session_snapshot import SnapshotError, check_scale, restore_scale
-    from lingbot_ros.ros.stream_scale import StreamScale
+    from lingbot_ros.ros.lifecycle.snapshot_handlers import (SnapshotError, check_scale,
+                                                             restore_scale)
+    from lingbot_ros.ros.intake.scale_msgs import StreamScale
     from lingbot_ros.scale import ScaleConfig, ScaleEstimator, ScaleSample
 
     config = ScaleConfig(source="depth", min_samples=2)
@@ -253,7 +254,7 @@ def test_a_released_session_takes_its_pending_map_and_path_along():
     configure + activate must not load an old stream's map."""
     import logging
 
-    from lingbot_ros.ros.session_snapshot import NodeSnapshots
+    from lingbot_ros.ros.lifecycle.snapshot_handlers import NodeSnapshots
 
     class Loads:
         def __init__(self):

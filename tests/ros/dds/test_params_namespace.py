@@ -14,7 +14,7 @@ import time
 import pytest
 import yaml
 
-from lingbot_ros.ros.background_node import BackgroundNode
+from lingbot_ros.clients.background_node import BackgroundNode
 from tests.ros.node_harness import RETRY_S, START_TIMEOUT, NodeProcess
 from tests.ros.ros_helpers import REPO, ros_env  # noqa: F401 -- the fixture
 

@@ -12,7 +12,7 @@ from rclpy.serialization import deserialize_message, serialize_message
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
-from lingbot_ros.ros.convert import (ENCODINGS, REJECT_REASONS, ImageLimits, ImageRejected,
+from lingbot_ros.ros.intake.convert import (ENCODINGS, REJECT_REASONS, ImageLimits, ImageRejected,
                                      array_to_compressed, array_to_image, compressed_to_array,
                                      cv_bridge_in_ros_install, image_to_array, validate_image)
 
@@ -214,7 +214,7 @@ def test_16_bit_colour_is_bgr16_in_the_node_and_the_offline_sources(channels, en
     """One table names what OpenCV decodes: a 16-bit colour PNG is bgr16/bgra16 (it used to
     be refused by the node and accepted offline)."""
     from lingbot_ros.preprocess import preprocess
-    from lingbot_ros.tools.frame import decode_bytes
+    from lingbot_ros.tools.sources.frame import decode_bytes
     array = np.random.default_rng(3).integers(0, 65535, (H, W, channels), dtype=np.uint16,
                                               endpoint=True)
     ok, buf = cv2.imencode(".png", array)

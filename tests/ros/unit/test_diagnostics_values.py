@@ -1,7 +1,7 @@
 """diagnostics.build: the key/values of a tick; KeyValues reuses unchanged ones."""
 from __future__ import annotations
 
-from lingbot_ros.ros import diagnostics
+from lingbot_ros.ros.status import diagnostics
 
 
 def tick(key_values, received: int, topic: str = "/camera/image_raw"):
@@ -38,9 +38,9 @@ def test_the_extrinsics_text_is_made_once_per_value():
     made once per matrix and reads as before."""
     import numpy as np
 
-    from lingbot_ros.ros.node_config import NodeConfig
-    from lingbot_ros.ros.robot_frames import RobotFrames
-    from lingbot_ros.ros.tf_tree import TransformTree
+    from lingbot_ros.ros.params.node_config import NodeConfig
+    from lingbot_ros.ros.tf.robot_frames import RobotFrames
+    from lingbot_ros.ros.tf.tree import TransformTree
     tree = TransformTree()
     T = np.eye(4)
     T[:3, 3] = [0.3, 0.0, 1.0]

@@ -15,10 +15,10 @@ from dataclasses import replace
 import pytest
 
 from lingbot_ros.config import PreprocessConfig, SessionConfig
-from lingbot_ros.ros.frame_worker import FrameWorker
-from lingbot_ros.ros.node_config import NodeConfig
-from lingbot_ros.ros.robot_frames import RobotFrames
-from lingbot_ros.ros.telemetry import NodeTelemetry
+from lingbot_ros.ros.intake.worker import FrameWorker
+from lingbot_ros.ros.params.node_config import NodeConfig
+from lingbot_ros.ros.tf.robot_frames import RobotFrames
+from lingbot_ros.ros.status.telemetry import NodeTelemetry
 from lingbot_ros.session import open_session
 from tests.ros.node_data import good_images, header, stamp_ns
 from tests.ros.stamp_cases import CASES, case_images

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from lingbot_ros.ros.frame_worker import FrameWorker
-from lingbot_ros.ros.node_config import NodeConfig
-from lingbot_ros.ros.robot_frames import RobotFrames
-from lingbot_ros.ros.telemetry import NodeTelemetry
+from lingbot_ros.ros.intake.worker import FrameWorker
+from lingbot_ros.ros.params.node_config import NodeConfig
+from lingbot_ros.ros.tf.robot_frames import RobotFrames
+from lingbot_ros.ros.status.telemetry import NodeTelemetry
 from lingbot_ros.session import open_session
 from tests.ros.image_fates import fates, unaccounted
 from tests.ros.node_data import good_images, header, stamp_ns
@@ -78,7 +78,7 @@ def test_a_frame_whose_outputs_cannot_go_out_is_failed_and_the_next_ones_go_on(r
     """~/depth's publisher destroyed: the frames whose depth is due (the two anchors; then
     none for 1000 s) are ``failed_publishing`` with the reason on ~/status, the others are
     published; each image is counted once."""
-    from lingbot_ros.ros.outputs import Outputs
+    from lingbot_ros.ros.outputs.frame_outputs import Outputs
     telemetry = NodeTelemetry()
     outputs = Outputs(ros_node, NodeConfig(base_frame="", depth_rate_hz=0.001))
     status = RecordedStatus()
@@ -103,7 +103,7 @@ def test_a_status_publisher_that_refuses_never_stops_the_worker(ros_node):
     sends raises (anchors collecting, a rejected image, each frame). The worker reports it
     (``worker: InvalidHandle...`` as the last error: /diagnostics ERROR) and goes on: every
     frame's outputs go out and every image is counted once."""
-    from lingbot_ros.ros.status import Status, StatusReads
+    from lingbot_ros.ros.status.reports import Status, StatusReads
     telemetry = NodeTelemetry()
     status = Status(ros_node, CAMERA_ONLY, StatusReads(telemetry))
     outputs = RecordedOutputs()

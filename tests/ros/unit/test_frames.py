@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from lingbot_ros.ros.node_config import NodeConfig
-from lingbot_ros.ros.diagnostics import camera_info_check
-from lingbot_ros.ros.frames import FrameChain, body_velocity
-from lingbot_ros.ros.robot_frames import RobotFrames, tf_tree_mode
-from lingbot_ros.ros.tf_tree import TransformTree
+from lingbot_ros.ros.params.node_config import NodeConfig
+from lingbot_ros.ros.status.diagnostics import camera_info_check
+from lingbot_ros.ros.tf.frame_chain import FrameChain, body_velocity
+from lingbot_ros.ros.tf.robot_frames import RobotFrames, tf_tree_mode
+from lingbot_ros.ros.tf.tree import TransformTree
 from lingbot_ros.geometry import T_BODY_OPTICAL, c2w_to_map, rigid_inverse, tq_to_matrix
 
 
@@ -126,7 +126,7 @@ def test_camera_info_check_flags_another_size_and_compares_focal_lengths():
 
 def test_message_builders():
     from builtin_interfaces.msg import Time
-    from lingbot_ros.ros.messages import camera_info_msg, depth_image, odometry
+    from lingbot_ros.ros.outputs.messages import camera_info_msg, depth_image, odometry
     K = np.array([[100.0, 0, 30], [0, 101.0, 20], [0, 0, 1]])
     ci = camera_info_msg(K, 64, 48, Time(sec=1), "cam")
     assert (ci.width, ci.height, ci.header.frame_id) == (64, 48, "cam")

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from lingbot_ros.ros.gc_pauses import GcPauses, gc_functions_called
+from lingbot_ros.ros.status.gc_pauses import GcPauses, gc_functions_called
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """HealthMonitor: the /diagnostics level and message from the node's counters (no ROS)."""
-from lingbot_ros.ros.health import ERROR, OK, WARN, HealthMonitor
+from lingbot_ros.ros.status.health import ERROR, OK, WARN, HealthMonitor
 
 
 def feed(monitor, t, counters, since_image=0.1, since_processed=0.1, **kw):

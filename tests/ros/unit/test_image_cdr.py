@@ -13,8 +13,8 @@ from rclpy.serialization import serialize_message
 from sensor_msgs.msg import Image
 
 from lingbot_ros.image_decode import ImageRejected
-from lingbot_ros.ros.convert import image_to_array
-from lingbot_ros.ros.image_cdr import parse_image
+from lingbot_ros.ros.intake.convert import image_to_array
+from lingbot_ros.ros.intake.image_cdr import parse_image
 
 
 def image(frame_id="camera", encoding="rgb8", height=5, width=7, pad=0, bigendian=0, seed=0):

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from lingbot_ros.geometry import read_ply, read_ply_comments
-from lingbot_ros.ros.frames import FrameChain
-from lingbot_ros.ros.node_config import NodeConfig
+from lingbot_ros.ros.tf.frame_chain import FrameChain
+from lingbot_ros.ros.params.node_config import NodeConfig
 from lingbot_ros.scale import ScaleEstimate, ScaleState
 
 K = 0.25  # metres per model unit
@@ -54,7 +54,7 @@ def keyframe(stamp_ns: int = 1_000_000_000):
 
 
 def test_a_save_between_the_points_and_their_units_states_the_points_units(ros_node, tmp_path):
-    from lingbot_ros.ros.outputs import Outputs
+    from lingbot_ros.ros.outputs.frame_outputs import Outputs
     outputs = Outputs(ros_node, NodeConfig(base_frame="", map_points=True, depth_rate_hz=0,
                                            points_stride=1, map_rate_hz=0.01))
     chain = FrameChain.camera_only("camera_optical_frame", True)
@@ -96,7 +96,7 @@ def test_a_save_between_the_points_and_their_units_states_the_points_units(ros_n
 
 
 def test_a_reset_forgets_the_maps_units(ros_node, tmp_path):
-    from lingbot_ros.ros.outputs import Outputs
+    from lingbot_ros.ros.outputs.frame_outputs import Outputs
     outputs = Outputs(ros_node, NodeConfig(base_frame="", map_points=True, depth_rate_hz=0,
                                            points_stride=1, map_rate_hz=0.01))
     chain = FrameChain.camera_only("camera_optical_frame", True)

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from lingbot_ros.config import SessionConfig
-from lingbot_ros.ros.node_config import NodeConfig
-from lingbot_ros.ros.params import PARAM_NAMES, PARAMS, build_settings, check_value
+from lingbot_ros.ros.params.node_config import NodeConfig
+from lingbot_ros.ros.params.declare import PARAM_NAMES, PARAMS, build_settings, check_value
 from tests.ros.ros_helpers import REPO, ros_env  # noqa: F401 -- the fixture
 
 YAML = REPO / "config" / "lingbot_ros.yaml"
@@ -92,7 +92,7 @@ def test_every_parameter_has_a_description_and_consistent_bounds():
 def test_choices_and_limits_come_from_config():
     """One list of allowed values per setting: the table reuses config.py's tuples."""
     from lingbot_ros import config
-    from lingbot_ros.ros import param_table
+    from lingbot_ros.ros.params import table as param_table
     table = {p.name: p for p in PARAMS}
     assert table["precision"].choices is config.PRECISIONS
     from lingbot_ros.session import PRESETS
@@ -194,7 +194,7 @@ def test_declared_in_a_real_node_from_the_params_file(ros_env):
     import rclpy
     from rclpy.signals import SignalHandlerOptions
 
-    from lingbot_ros.ros import params
+    from lingbot_ros.ros.params import declare as params
 
     def make(extra_args):
         context = rclpy.Context()

@@ -5,7 +5,7 @@ from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Path
 from rclpy.serialization import deserialize_message, serialize_message
 
-from lingbot_ros.ros.path_cdr import PathCdr
+from lingbot_ros.ros.outputs.path_cdr import PathCdr
 
 
 def poses(n, seed=0):

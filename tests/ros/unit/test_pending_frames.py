@@ -1,5 +1,5 @@
 """The worker's contexts of frames handed to the pipelined session: found by ticket, bounded."""
-from lingbot_ros.ros.pending_frames import PendingFrame, PendingFrames
+from lingbot_ros.ros.intake.pending_frames import PendingFrame, PendingFrames
 
 
 def frame(i):

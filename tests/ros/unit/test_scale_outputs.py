@@ -18,9 +18,9 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 
 from lingbot_ros.geometry import T_BODY_OPTICAL, rigid_inverse
-from lingbot_ros.ros.frames import FrameChain
-from lingbot_ros.ros.messages import scaled_covariance
-from lingbot_ros.ros.stream_scale import StreamScale, depth_msg_to_array, units_header
+from lingbot_ros.ros.tf.frame_chain import FrameChain
+from lingbot_ros.ros.outputs.messages import scaled_covariance
+from lingbot_ros.ros.intake.scale_msgs import StreamScale, depth_msg_to_array, units_header
 from lingbot_ros.scale import ScaleConfig, ScaleState
 
 K = 0.25  # metres per model unit
@@ -219,7 +219,7 @@ def height_frame(t_ns: int, depth: np.ndarray):
 
 def robot_tree(with_ground: bool = True):
     """The robot's static TF: base_footprint -> base_link -> camera_link -> optical."""
-    from lingbot_ros.ros.tf_tree import TransformTree
+    from lingbot_ros.ros.tf.tree import TransformTree
     tree = TransformTree()
     if with_ground:
         tree.set_transform("base_footprint", "base_link", np.eye(4), 0, static=True)
@@ -229,8 +229,8 @@ def robot_tree(with_ground: bool = True):
 
 
 def robot_frames(tree, **config):
-    from lingbot_ros.ros.node_config import NodeConfig
-    from lingbot_ros.ros.robot_frames import RobotFrames
+    from lingbot_ros.ros.params.node_config import NodeConfig
+    from lingbot_ros.ros.tf.robot_frames import RobotFrames
     frames = RobotFrames(NodeConfig(**config), tree)
     chain = frames.resolve("camera_optical_frame", 0.0)
     assert chain is not None
@@ -332,7 +332,7 @@ def test_odometry_from_tf_is_looked_up_at_the_image_stamps_even_when_late():
 
 
 def test_odometry_from_tf_refuses_the_circular_and_camera_only_configurations():
-    from lingbot_ros.ros.params import build_settings
+    from lingbot_ros.ros.params.declare import build_settings
     with pytest.raises(ValueError, match="scale.odometry_input.*circular"):
         build_settings({"scale.source": "odometry", "scale.odometry_input": "tf"})
     with pytest.raises(ValueError, match="scale.odometry_input.*frames.base"):

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from lingbot_ros.ros.params import build_settings, check_update
-from lingbot_ros.ros.param_table import PARAMS, rows
+from lingbot_ros.ros.params.declare import build_settings, check_update
+from lingbot_ros.ros.params.table import PARAMS, rows
 from lingbot_ros.scale import ScaleConfig
 
 # ScaleConfig fields the node leaves at their defaults (no parameter: docs/scale.md)

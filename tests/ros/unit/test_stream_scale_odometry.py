@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from lingbot_ros.geometry import T_BODY_OPTICAL
-from lingbot_ros.ros.stream_scale import StreamScale, odometry_msg_pose
+from lingbot_ros.ros.intake.scale_msgs import StreamScale, odometry_msg_pose
 from lingbot_ros.scale import ScaleConfig
 from tests.ros.unit.test_stream_scale_state import ODOM_CFG, feed_scale, odometry_events
 from tests.ros.unit.test_scale_outputs import camera_mount

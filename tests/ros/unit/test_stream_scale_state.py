@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from lingbot_ros.geometry import T_BODY_OPTICAL, rigid_inverse
-from lingbot_ros.ros.stream_scale import StreamScale
+from lingbot_ros.ros.intake.scale_msgs import StreamScale
 from lingbot_ros.scale import ScaleConfig
 from tests.ros.unit.test_scale_outputs import camera_mount, rot_z
 
@@ -86,7 +86,7 @@ def test_stream_scale_drops_a_window_of_another_mount_with_a_warning(caplog):
     moved = T_bo.copy()
     moved[0, 3] += 0.05
     first = next(item for kind, item in events[40:] if kind == "frame")
-    with caplog.at_level("WARNING", logger="lingbot_ros.ros.stream_scale"):
+    with caplog.at_level("WARNING", logger="lingbot_ros.ros.intake.scale_msgs"):
         b.on_frame(first, moved)
     assert "odometry window is dropped" in caplog.text and "another T_base_optical" in caplog.text
     window = b.state_dict()["odometry"]

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.spatial.transform import Rotation, Slerp
 
-from lingbot_ros.ros.tf_tree import (ExtrapolationError, NotConnectedError, Reparent,
+from lingbot_ros.ros.tf.tree import (ExtrapolationError, NotConnectedError, Reparent,
                                      TransformError, TransformTree, UnknownFrameError)
 from lingbot_ros.geometry import slerp, tq_to_matrix
 

@@ -1,0 +1,90 @@
+"""The scale source's inputs in the node (docs/node.md, Scale), wired at activate.
+
+The ``aligned_depth`` and ``odom_in`` subscriptions (relative names: remap them), the TF
+lookups the stream's ``StreamScale`` makes (the camera's height over ``frames.ground``;
+another node's odom -> base with ``scale.odometry_input: tf``), and what the node says about
+the source at activate (the warning of a robot whose outputs stay in model units). The
+callbacks push into the node's current ``StreamScale`` (none after a cleanup: dropped).
+"""
+from __future__ import annotations
+
+from nav_msgs.msg import Odometry
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import Image
+
+from .image_input import ImageInput
+from ..params.node_config import scale_reads_tf
+from .scale_msgs import SOURCES_FOR_A_ROBOT, odometry_msg_pose
+
+
+def scale_inputs(node) -> list:
+    """Attach the scale source's TF lookups to ``node.scale`` and create its inputs
+    (returned: subscriptions, or an ``ImageInput`` for the aligned depth; the node destroys
+    them at deactivate); logs the source's units."""
+    settings = node.settings
+    cfg, source = settings.node, settings.scale.source
+    scale, frames = node.scale, node.robot_frames
+    log = node.get_logger()
+    from_tf = scale_reads_tf(cfg, settings.scale)
+    scale.attach_tf(
+        ground=frames.ground_to_optical if from_tf and source == "camera_height" else None,
+        odometry=frames.odom_to_base if from_tf and source == "odometry" else None)
+    if source == "none":
+        if not cfg.camera_only:
+            log.warning(
+                f"scale.source is none: every distance ({cfg.base_frame} in "
+                f"{cfg.map_frame}, odometry, TF, depth, points) is in the model's units, "
+                "NOT metres (Nav2, robot_localization, nvblox assume metres). Sources that "
+                "fit a robot: " + "; ".join(SOURCES_FOR_A_ROBOT) + " (docs/node.md, Scale)")
+        return []
+    log.info(
+        f"scale.source {source}: outputs in metres once the scale locks"
+        + (" (until then TF, odometry, pose and depth are withheld)"
+           if settings.scale.before_lock == "withhold" else
+           " (until then in model units: scale.before_lock publish_model_units)"))
+    # reliable only when the image input is (a reliable reader misses best-effort cameras)
+    qos = QoSProfile(depth=16, reliability=ReliabilityPolicy.RELIABLE
+                     if cfg.image_qos == "reliable" else ReliabilityPolicy.BEST_EFFORT)
+    if source == "depth":  # as large as a colour image: the image input's QoS policy
+        return [ImageInput(node, cfg, _depth_callback(node), label="aligned depth input",
+                           topic=(node.resolve_topic_name("aligned_depth"), Image),
+                           on_malformed=_malformed_depth(node) if cfg.image_raw_take
+                           else None)]
+    if source == "odometry" and from_tf:
+        log.info(
+            f"scale.source odometry: {cfg.odom_frame} -> {cfg.base_frame} of another node "
+            "from TF, looked up at each image stamp")
+    elif source == "odometry":
+        return [node.create_subscription(Odometry, "odom_in", _odometry_callback(node),
+                                         QoSProfile(depth=100, reliability=qos.reliability))]
+    elif source == "camera_height":
+        height = settings.scale.camera_height_m
+        log.info(
+            "scale.source camera_height: the floor in the predicted depth, the camera "
+            + (f"{height:g} m over it (scale.camera_height_m)" if height is not None else
+               f"height over {cfg.ground_frame} from TF (frames.ground)"))
+    return []
+
+
+def _depth_callback(node):
+    def on_depth(msg) -> None:
+        scale = node.scale
+        if scale is not None:
+            scale.push_depth(msg)
+    return on_depth
+
+
+def _malformed_depth(node):
+    def on_malformed(exc) -> None:  # topics.image_raw_take: bytes that are no Image
+        node.telemetry.count(f"depth_rejected_{exc.reason}")
+        node.get_logger().warning(f"aligned depth image rejected ({exc.reason}): "
+                                  f"{exc.detail}", throttle_duration_sec=2.0)
+    return on_malformed
+
+
+def _odometry_callback(node):
+    def on_odometry(msg) -> None:
+        scale = node.scale
+        if scale is not None:
+            scale.push_odometry(*odometry_msg_pose(msg))
+    return on_odometry

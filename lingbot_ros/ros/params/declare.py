@@ -1,0 +1,139 @@
+"""The node's parameters, driven by the table (``param_table.PARAMS``): declared with
+descriptors, checked while unconfigured, and turned into typed configs at configure.
+
+``build_settings`` raises ValueError naming the parameter for anything invalid: the row's
+type, range and choices first, then the configs' own rules (a multiple of the patch size,
+one value against another), whose messages start with the field the row sets.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ...config import KeyframeConfig, PreprocessConfig, SessionConfig
+from ...scale import ScaleConfig
+from .node_config import NodeConfig, check_scale_inputs, outputs_read_depth
+from .table import (PARAM_NAMES, PARAMS, PARAMS_BY_ATTRIBUTE, PARAMS_BY_NAME, Param,
+                          check_value, rows)
+
+__all__ = ["PARAMS", "PARAM_NAMES", "Param", "Settings", "TOPIC_PARAMS", "build_settings",
+           "check_update", "check_value", "declare", "read"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the node needs, validated."""
+
+    session: SessionConfig
+    node: NodeConfig
+    scale: ScaleConfig  # the stream's metric scale (docs/scale.md)
+    checkpoint: str
+    trust_pickle: bool
+    preset: str
+    precision: str
+    camera_head_precision: str
+    depth_head_precision: str
+    mlp_precision: str
+    autostart: bool
+    warmup: bool
+    gc_freeze: bool
+    resume_from: str = ""  # a snapshot to continue at configure (docs/node.md)
+    save_on_shutdown: str = ""  # where to write one on a clean shutdown
+    resume_if_present: bool = False  # nothing at resume_from: a new stream, not a failure
+    files_root: str = ""  # files.root: "" = $ROS_HOME/lingbot_ros, "/" = anywhere
+
+
+def build_settings(values: dict) -> Settings:
+    """Parameter values (name -> value; missing: the default) -> validated settings."""
+    v = {p.name: values.get(p.name, p.default) for p in PARAMS}
+    for p in PARAMS:
+        check_value(p, v[p.name])
+
+    def fields_of(config: str) -> dict:
+        return {p.attribute: p.config_value(v[p.name]) for p in rows(config)}
+
+    try:
+        scale = ScaleConfig(**fields_of("scale"))
+    except ValueError as exc:  # its messages name the field: scale.<name>, the parameter's
+        name = re.match(r"scale\.\w+", str(exc))
+        raise ValueError(f"parameter {name.group(0)!r}: {exc}" if name
+                         and name.group(0) in PARAMS_BY_NAME else
+                         f"invalid parameters: {exc}") from exc
+    try:
+        node = NodeConfig(**fields_of("node"))
+        session = SessionConfig(
+            **fields_of("session"), keyframes=KeyframeConfig(**fields_of("session.keyframes")),
+            preprocess=PreprocessConfig(**fields_of("session.preprocess")),
+            return_depth=outputs_read_depth(node) or scale.reads_predicted_depth)
+        check_scale_inputs(node, scale)
+    except ValueError as exc:
+        p = PARAMS_BY_ATTRIBUTE.get(re.match(r"\w*", str(exc)).group(0))
+        raise ValueError(f"parameter {p.name!r}: {exc}" if p else f"invalid parameters: {exc}") \
+            from exc
+    for name in TOPIC_PARAMS:
+        _check_topic_name(name, v[name])
+    return Settings(session=session, node=node, scale=scale, **fields_of("settings"))
+
+
+TOPIC_PARAMS = ("topics.image", "topics.camera_info")
+
+
+def _check_topic_name(name: str, topic: str) -> None:
+    """ValueError unless ``topic`` is a valid ROS topic name (relative, ``~/``, or absolute),
+    so a malformed one is refused when set, not when the subscription is made."""
+    from rclpy.expand_topic_name import expand_topic_name
+    from rclpy.validate_full_topic_name import validate_full_topic_name
+    from rclpy.validate_topic_name import validate_topic_name
+    try:
+        validate_topic_name(topic)
+        validate_full_topic_name(expand_topic_name(topic, "lingbot_ros", "/"))
+    except Exception as exc:  # noqa: BLE001 -- rclpy's Invalid*NameException, RCLError
+        reason = " ".join(str(exc).split())
+        raise ValueError(f"parameter {name!r}: not a valid topic name: {reason}") from None
+
+
+def declare(node) -> list[str]:
+    """Declare every parameter with a descriptor; return the errors of bad overrides.
+
+    A value from a params file or the command line that ROS refuses (wrong type, out of
+    range) is reported instead of crashing the constructor; configure then fails with it.
+    """
+    from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+    from rclpy.exceptions import ParameterException
+
+    errors = []
+    for p in PARAMS:
+        # Writable, but only while the node is unconfigured (the node's set-parameters
+        # callback refuses changes otherwise): set them, then configure.
+        desc = ParameterDescriptor(name=p.name, description=p.description, read_only=False)
+        if p.choices:
+            desc.additional_constraints = "one of: " + ", ".join(map(str, p.choices))
+        if p.range is not None and p.type is int:
+            desc.integer_range = [IntegerRange(from_value=int(p.range[0]),
+                                               to_value=int(p.range[1]), step=p.step)]
+        elif p.range is not None and p.type is float:
+            desc.floating_point_range = [FloatingPointRange(from_value=float(p.range[0]),
+                                                            to_value=float(p.range[1]))]
+        try:
+            node.declare_parameter(p.name, p.default, desc)
+        except (ParameterException, TypeError, ValueError) as exc:
+            errors.append(f"parameter {p.name!r}: {exc}")
+            node.declare_parameter(p.name, p.default, desc, ignore_override=True)
+    return errors
+
+
+def check_update(current: dict, changes: dict) -> None:
+    """ValueError (with the reason) unless the parameters ``current`` (name -> value) with
+    ``changes`` applied build valid settings: everything configure checks (types, ranges,
+    multiples, choices, topic names, one value against another) is checked when a value is
+    set. ``changes`` may hold names not in the table (ROS's own, e.g. ``use_sim_time``):
+    they are not ours to check."""
+    ours = {name: value for name, value in changes.items() if name in PARAMS_BY_NAME}
+    for name, value in ours.items():
+        check_value(PARAMS_BY_NAME[name], value)
+    if ours:
+        build_settings({**current, **ours})
+
+
+def read(node) -> dict:
+    return {p.name: node.get_parameter(p.name).value for p in PARAMS}

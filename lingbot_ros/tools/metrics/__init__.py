@@ -1,0 +1,1 @@
+"""Trajectory metrics against a ground truth (the numbers evo users know) and their plots."""

@@ -1,0 +1,127 @@
+"""What ``lingbot-ros-offline`` writes, checked before the run, and what it says when a run
+stops early.
+
+:func:`planned_outputs` lists the files a run will write into ``--out`` with the header each
+begins with, for :func:`lingbot_ros.tools.out_folder.check_out_folder` (an existing one is
+replaced only if we wrote it). :class:`RunState` follows a run (frames read, files written)
+so that an interrupted one ends on one line saying where it stopped and what was written.
+
+Exit statuses of ``lingbot-ros-offline`` (docs/evaluation.md):
+
+- 0: the whole input was run and every output written;
+- 2: nothing was run: a bad option, input or ``--out`` (one ``ERROR`` line says which), or
+  an output could not be written (a full disk: the line says which were);
+- 3: the input ended early (a truncated bag: a killed recorder): the frames that could be
+  read were run and the outputs written for them; ``summary.json``'s ``input_ended_early``
+  and one ``ERROR`` line say where it ended;
+- 130: interrupted (Ctrl-C, SIGINT): one ``ERROR`` line says at which frame and which files
+  were written (none before the end of the input: the folder's files are as they were).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from ...geometry import PLY_HEADER, TUM_HEADER
+from ..out_folder import OurFile
+from ..metrics.plot import PNG_SOFTWARE
+
+__all__ = ["SUMMARY_FORMAT", "SUMMARY_BEGINS", "OFFLINE_FILES", "planned_outputs",
+           "RunState", "EXIT_FAILED", "EXIT_ENDED_EARLY", "EXIT_INTERRUPTED"]
+
+EXIT_FAILED = 2
+EXIT_ENDED_EARLY = 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
+
+# summary.json's first key: how a summary is recognised as ours (json.dumps, indent 2).
+SUMMARY_FORMAT = "lingbot_ros.offline.summary/1"
+SUMMARY_BEGINS = b'{\n  "summary_format": "lingbot_ros.offline.summary/'
+
+_TUM = (TUM_HEADER + "\n").encode("utf-8")
+# Every file a run may write, by name (lingbot-ros-eval's unit folders hold these only).
+OFFLINE_FILES = {
+    "trajectory.tum": OurFile("trajectory.tum", _TUM),
+    "groundtruth.tum": OurFile("groundtruth.tum", _TUM),
+    "points.ply": OurFile("points.ply", PLY_HEADER),
+    "trajectory.png": OurFile("trajectory.png", b"\x89PNG\r\n\x1a\n",
+                              b"Software\x00" + PNG_SOFTWARE.encode("ascii")),
+    "summary.json": OurFile("summary.json", SUMMARY_BEGINS),
+}
+
+
+def planned_outputs(args) -> list[OurFile]:
+    """The files the run of ``args`` may write. ``groundtruth.tum`` is always listed: whether
+    the input has ground truth is known only once it is opened."""
+    names = ["trajectory.tum", "groundtruth.tum", "summary.json"]
+    if getattr(args, "ply", False):
+        names.append("points.ply")
+    if getattr(args, "plot", False):
+        names.append("trajectory.png")
+    return [OFFLINE_FILES[n] for n in names]
+
+
+@dataclass
+class RunState:
+    """How far a run got, for the line an interruption ends on."""
+    out: str
+    total: Optional[int] = None  # input frames, when known
+    frames_read: int = 0
+    last_stamp_ns: Optional[int] = None
+    writing: bool = False  # the input is done; the outputs are being written
+    written: list[str] = field(default_factory=list)  # file names, in order
+    snapshot_dir: Optional[str] = None  # --save-session
+    snapshot_frame: Optional[int] = None  # input frames read at its last save
+    snapshots: object = None  # the run's OfflineSnapshots (its ``saves`` count)
+    bar: object = None  # the progress bar: closed before the line, which then starts a line
+    _pending: Optional[tuple[int, int]] = None  # (saves before, frames read) of a save
+
+    def saving(self, frames_read: int) -> None:
+        """Called before the snapshots may save after input frame ``frames_read``: an
+        interruption during or after that save then names the right frame."""
+        self._settle()
+        self._pending = (self.snapshots.saves, frames_read)
+
+    def _close_bar(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def _settle(self) -> None:
+        if self._pending is not None and self.snapshots.saves > self._pending[0]:
+            self.snapshot_frame = self._pending[1]
+
+    def failed(self, reason: str) -> str:
+        """One line for an error: ``reason``, and once the outputs were being written,
+        which were."""
+        self._close_bar()
+        if not self.writing:
+            return reason
+        wrote = ", ".join(self.written) or "none"
+        return (f"{reason} (writing the outputs after input frame {self.frames_read}; "
+                f"written in {self.out}: {wrote})")
+
+    def interrupted(self) -> str:
+        """One line: where the run stopped and what it left on disk."""
+        self._close_bar()
+        if self.snapshots is not None:
+            self._settle()
+        where = (f"after input frame {self.frames_read}" if self.writing
+                 else f"at input frame {self.frames_read}" if self.frames_read
+                 else "before the first input frame")
+        if self.total:
+            where += f" of {self.total}"
+        if self.last_stamp_ns is not None:
+            where += f" (stamp {self.last_stamp_ns / 1e9:.9f} s)"
+        out = Path(self.out)
+        if self.written:
+            wrote = (f"written in {out}: {', '.join(self.written)}; the other outputs were "
+                     "not written")
+        else:
+            wrote = f"nothing written in {out} (its files are as they were)"
+        line = f"interrupted (SIGINT) {where}" + (", while writing the outputs"
+                                                  if self.writing else "") + f": {wrote}"
+        if self.snapshot_dir is not None and self.snapshot_frame is not None:
+            line += (f"; --save-session {self.snapshot_dir} holds the snapshot after input "
+                     f"frame {self.snapshot_frame} (--resume continues from it)")
+        return line

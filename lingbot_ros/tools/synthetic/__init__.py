@@ -1,0 +1,1 @@
+"""Synthetic camera sequences with exact ground truth, and their writers."""
