@@ -96,8 +96,8 @@ def main(argv=None) -> int:
     from lingbot_ros.model import GCTModel
     from lingbot_ros.model.presets import preset_config
     from lingbot_ros.ros.intake.convert import array_to_image
-    from lingbot_ros.ros.status.gc_pauses import gc_functions_called
     from lingbot_ros.ros.node import LingbotNode
+    from lingbot_ros.ros.status.gc_pauses import gc_functions_called
     from lingbot_ros.tools.synthetic.render import render_sequence
     from std_msgs.msg import Header
     from builtin_interfaces.msg import Time

@@ -494,3 +494,96 @@ def test_no_private_names_imported_across_modules(root):
                 private = [a.name for a in node.names
                            if a.name.startswith("_") and not a.name.startswith("__")]
                 assert not private, (f.relative_to(root.parent).as_posix(), node.lineno, private)
+# --- the floors: a part imports only parts on lower floors, never one beside it ------------
+
+@dataclass
+class Floors:
+    """One "- `scope/`: `a`, `b` → `c` → ..." line of the document: the scope's parts (its
+    subpackages and modules), ground floor first."""
+    scope: str  # '' for lingbot_ros/ itself, else 'ros/', 'tools/', ...
+    floors: list[list[str]]  # parts as written: 'geometry/', 'config.py'
+
+    def floor_of(self, part: str) -> Optional[int]:
+        return next((i for i, f in enumerate(self.floors) if part in f), None)
+
+    def part_of(self, rel: str) -> Optional[str]:
+        """The part of the scope a file (relative to lingbot_ros/) lies in; None outside the
+        scope and for the scope's own ``__init__.py`` (its API)."""
+        if not rel.startswith(self.scope):
+            return None
+        rest = rel[len(self.scope):]
+        if rest == "__init__.py":
+            return None
+        head, sep, _ = rest.partition("/")
+        return head + "/" if sep else head
+
+
+def parse_floors(text: str) -> list[Floors]:
+    start = text.index("tests/test_import_boundaries.py reads these floors")
+    out = []
+    for line in text[start:].splitlines()[1:]:
+        if not line.startswith("- `"):
+            if out:
+                break
+            continue
+        m = re.fullmatch(r"- `([\w/]+)`: (.+)", line.strip())
+        if not m:
+            raise ValueError(f"cannot read the floors line {line!r}")
+        scope = "" if m.group(1) == "lingbot_ros/" else m.group(1)
+        floors = [re.findall(r"`([^`]+)`", f) for f in m.group(2).split("→")]
+        if not all(floors):
+            raise ValueError(f"an empty floor in {line!r}")
+        out.append(Floors(scope, floors))
+    return out
+
+
+FLOORS = parse_floors(DOC_TEXT)
+
+
+def floor_violations(fl: Floors, imports=None) -> list[str]:
+    """Every import from one part of the scope to a part on the same floor (sideways) or
+    above; every part of the scope that no floor names."""
+    graph = imports or {module_name(f): lingbot_imports(f) for f in files()}
+    found = []
+    for name in sorted(graph):
+        rel = MODULES[name].relative_to(PKG).as_posix() if name in MODULES else name
+        mine = fl.part_of(rel)
+        if mine is None:
+            continue
+        if fl.floor_of(mine) is None:
+            found.append(f"{fl.scope}{mine} is on no floor")
+            continue
+        for target in sorted(graph[name]):
+            trel = (MODULES[target].relative_to(PKG).as_posix() if target in MODULES
+                    else target)
+            theirs = fl.part_of(trel)
+            if theirs is None or theirs == mine or fl.floor_of(theirs) is None:
+                continue
+            if fl.floor_of(theirs) >= fl.floor_of(mine):
+                how = "beside it" if fl.floor_of(theirs) == fl.floor_of(mine) else "above it"
+                found.append(f"{rel} imports {target}: {fl.scope}{theirs} is {how}")
+    return sorted(set(found))
+
+
+def test_the_document_states_the_floors():
+    scopes = {fl.scope for fl in FLOORS}
+    assert {"", "ros/", "tools/"} <= scopes
+    top = next(fl for fl in FLOORS if fl.scope == "")
+    assert top.floor_of("geometry/") == 0 and top.floor_of("ros/") == top.floor_of("tools/")
+
+
+@pytest.mark.parametrize("fl", FLOORS, ids=[fl.scope or "lingbot_ros/" for fl in FLOORS])
+def test_every_part_is_on_a_floor_and_imports_only_downward(fl):
+    found = floor_violations(fl)
+    assert not found, "docs/architecture.md's floors are broken:\n" + "\n".join(found)
+
+
+def test_the_floor_checker_finds_sideways_and_upward_imports():
+    fl = Floors("ros/", [["params/"], ["tf/", "outputs/"], ["node.py"]])
+    graph = {"ros/tf/a.py": {"ros/outputs/b.py", "ros/params/c.py"},
+             "ros/outputs/b.py": {"ros/node.py"}, "ros/params/c.py": set(),
+             "ros/node.py": {"ros/tf/a.py"}, "ros/new/d.py": set()}
+    assert floor_violations(fl, graph) == [
+        "ros/new/ is on no floor",
+        "ros/outputs/b.py imports ros/node.py: ros/node.py is above it",
+        "ros/tf/a.py imports ros/outputs/b.py: ros/outputs/ is beside it"]

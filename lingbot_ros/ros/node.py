@@ -33,26 +33,26 @@ from std_msgs.msg import Header
 
 from ..geometry import FileRoot
 from ..session import StreamingSession
-from .params import declare as params
-from .lifecycle.background_job import BackgroundJob
-from .intake.worker import FrameWorker
-from .status.gc_pauses import GcPauses
 from .intake.image_input import ImageInput
-from .outputs.frame_outputs import Outputs
-from .params.node_config import scale_reads_tf
-from .lifecycle.file_policy import check_snapshot_paths, open_files_root, unconfined_warning
-from .tf.robot_frames import RobotFrames, tf_tree_mode
 from .intake.scale_inputs import scale_inputs
-from .outputs.scale_topic import ScalePublisher
-from .status.node_facts import FactsBoard, NodeFacts
-from .services import ServiceCalls, Services, StreamView
+from .intake.scale_msgs import StreamScale
+from .intake.stream_control import StreamControl
+from .intake.worker import FrameWorker
+from .lifecycle.background_job import BackgroundJob
+from .lifecycle.file_policy import check_snapshot_paths, open_files_root, unconfined_warning
 from .lifecycle.session_build import build_session
 from .lifecycle.snapshot_handlers import NodeSnapshots
+from .outputs.frame_outputs import Outputs
+from .outputs.scale_topic import ScalePublisher
+from .params import declare as params
+from .params.node_config import scale_reads_tf
+from .services import ServiceCalls, Services, StreamView
+from .status.gc_pauses import GcPauses
+from .status.node_facts import FactsBoard, NodeFacts
 from .status.reports import Status, StatusReads
-from .lifecycle.stream_control import StreamControl
-from .intake.scale_msgs import StreamScale
 from .status.telemetry import NodeTelemetry
 from .tf.listener import TfListener
+from .tf.robot_frames import RobotFrames, tf_tree_mode
 from .tf.tree import TransformTree
 
 NODE_NAME = "lingbot_ros"
@@ -184,10 +184,12 @@ class LingbotNode(LifecycleNode):
         self._configured = True
         if settings.gc_freeze:  # the model, session and warm-up garbage: never swept again
             self.gc_pauses.freeze()
+        weights = (f"checkpoint {settings.checkpoint}" if settings.checkpoint
+                   else f"random {settings.preset}")
+        stream = info.stream
         self.get_logger().info(
-            f"configured: {'checkpoint ' + settings.checkpoint if settings.checkpoint else 'random ' + settings.preset} "
-            f"on {settings.session.device}, attention {info['attention']} "
-            f"({info['fast_path']}, fused kernels {'on' if info['fused_kernels'] else 'off'}), "
+            f"configured: {weights} on {settings.session.device}, attention {stream.attention} "
+            f"({stream.fast_path}, fused kernels {'on' if stream.fused_kernels else 'off'}), "
             f"{settings.session.num_scale_frames} anchor frames, window {settings.session.window}")
         return TransitionCallbackReturn.SUCCESS
 
@@ -408,7 +410,7 @@ class LingbotNode(LifecycleNode):
 
     # -- services' side ----------------------------------------------------------------------
     def save_session(self, path):
-        """~/save_session: the ``SnapshotJob`` writing it (ros/lifecycle/stream_control.py)."""
+        """~/save_session: the ``SnapshotJob`` writing it (ros/intake/stream_control.py)."""
         return self.stream.save(path)
 
     def load_session(self, path) -> tuple[bool, str, int]:

@@ -19,13 +19,13 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from std_srvs.srv import SetBool, Trigger
 
 from ..geometry import write_tum
-from .tf.frame_chain import FrameChain
-from .outputs.messages import cache_info
+from ..scale import units_header
 from .lifecycle.file_policy import write_target
-from .tf.robot_frames import DEFAULT_CAMERA_FRAME
-from .status.node_facts import NodeFacts
 from .lifecycle.snapshot_handlers import wait_done
-from .intake.scale_msgs import units_header
+from .outputs.messages import cache_info
+from .status.node_facts import NodeFacts
+from .tf.frame_chain import FrameChain
+from .tf.robot_frames import DEFAULT_CAMERA_FRAME
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from .estimator import ScaleEstimate, ScaleEstimator, ScaleState
 from .odometry import OdometrySource, PoseBuffer, fit_odometry_scale, odometry_rejection
 from .samples import NO_INPUT_REASON, REASONS, Rejection, SampleResult, ScaleSample
 from .units import (base_in_map_metres, c2w_to_metres, check_factor, depth_to_metres,
-                    points_to_metres)
+                    points_to_metres, units_header)
 
 __all__ = ["ScaleConfig", "SCALE_SOURCES", "BEFORE_LOCK_POLICIES",
            "ScaleEstimator", "ScaleEstimate", "ScaleState", "ScaleDrift", "measure_drift",
@@ -36,5 +36,5 @@ __all__ = ["ScaleConfig", "SCALE_SOURCES", "BEFORE_LOCK_POLICIES",
            "GroundPlane", "fit_ground_plane", "camera_height_sample",
            "camera_height_depth_sample", "depth_grid_points",
            "c2w_to_metres", "depth_to_metres", "points_to_metres", "base_in_map_metres",
-           "check_factor", "bench_depth_source", "bench_camera_height_source",
+           "check_factor", "units_header", "bench_depth_source", "bench_camera_height_source",
            "bench_odometry_source"]

@@ -13,13 +13,15 @@ so the lever arm of a camera mounted away from the base is composed in metres.
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
 
+from .estimator import ScaleEstimate
 from .se3 import rigid_inverse
 
 __all__ = ["c2w_to_metres", "depth_to_metres", "points_to_metres", "base_in_map_metres",
-           "check_factor"]
+           "check_factor", "units_header"]
 
 
 def check_factor(metres_per_unit: float) -> float:
@@ -65,3 +67,17 @@ def base_in_map_metres(c2w, T_base_optical, metres_per_unit: float) -> np.ndarra
     if bo.shape != (4, 4):
         raise ValueError(f"T_base_optical must be 4x4, got {bo.shape}")
     return bo @ c2w_to_metres(c2w, metres_per_unit) @ rigid_inverse(bo)
+
+
+def units_header(estimate: Optional[ScaleEstimate]) -> list[str]:
+    """The header lines of a saved file (TUM, PLY): its units, the scale source and value."""
+    if estimate is None or estimate.output_factor is None:
+        source = "none" if estimate is None else estimate.source
+        why = ("no scale source" if source == "none" else
+               f"scale {source} not locked ({estimate.state.value}, "
+               f"{estimate.samples}/{estimate.min_samples} samples)")
+        return ["units: model units (monocular: not metres)", f"scale: {why}"]
+    return ["units: m",
+            f"scale: {estimate.source}, {estimate.metres_per_unit:.9g} m per model unit, "
+            f"sigma_log {estimate.sigma_log:.3g}, {estimate.samples} samples, "
+            f"segment {estimate.segment}"]

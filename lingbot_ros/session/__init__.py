@@ -4,13 +4,13 @@ messages. Front ends (``ros/``, ``tools/``) import the session from here only; p
 and points come from :mod:`lingbot_ros.geometry`."""
 from ..cache import StepKind
 from .factory import PRESETS, load_session_model, open_session, warm_up
-from .keyframes import KeyframePolicy, make_policy
+from .fingerprint import FRAMES as FINGERPRINT_FRAMES
+from .fingerprint import fingerprint_key, frame_digest
+from .info import CameraCacheInfo, KVCacheInfo, LatencySummary, SessionInfo, StreamInfo
 from .input_policy import InputPolicy, SessionEvent
+from .keyframes import KeyframePolicy, make_policy
 from .segments import AnchorFrame, Rollover, Segments
 from .session import Outcome, StreamingSession
-from .fingerprint import FRAMES as FINGERPRINT_FRAMES
-from .fingerprint import frame_digest
-from .info import CameraCacheInfo, KVCacheInfo, LatencySummary, SessionInfo, StreamInfo
 from .session_state import SessionSnapshots
 from .snapshot import SnapshotData, SnapshotError, read_manifest, write_snapshot
 from .snapshot_files import check_replaceable, sweep_stale
@@ -27,6 +27,6 @@ __all__ = ["StepKind", "PRESETS", "load_session_model", "open_session", "warm_up
            "LatencyWindow", "StepTxn", "StreamRunner", "fast_path_of", "FrameFailed",
            "FrameRejected", "FrameResult", "SnapshotData", "SnapshotError", "read_manifest",
            "write_snapshot", "sweep_stale", "check_replaceable", "FINGERPRINT_FRAMES",
-           "frame_digest", "SessionInfo", "StreamInfo", "KVCacheInfo",
+           "frame_digest", "fingerprint_key", "SessionInfo", "StreamInfo", "KVCacheInfo",
            "CameraCacheInfo", "LatencySummary", "SessionSnapshots", "BenchTiming",
            "WeightsIdentity"]

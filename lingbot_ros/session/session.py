@@ -57,13 +57,13 @@ from ..geometry import Trajectory
 from ..model import StepOutputs
 from .fingerprint import InputFingerprint
 from .frame_upload import FrameUpload
+from .info import SessionInfo, StreamInfo, session_info
 from .input_policy import InputPolicy, SessionEvent
 from .keyframes import make_policy
 from .next_segment import NextSegment
 from .readback import HostReadback
 from .results import Frame, frame_result, host_tensors
 from .segments import Rollover, Segments
-from .info import SessionInfo, StreamInfo, session_info
 from .session_state import SessionSnapshots
 from .stats import LatencyWindow
 from .step_txn import StepTxn

@@ -25,12 +25,12 @@ import torch
 from ..config import SessionConfig
 from ..geometry import Trajectory
 from ..preprocess import CropInfo
+from .fingerprint import InputFingerprint, check_digests
 from .input_policy import InputPolicy, SessionEvent
 from .keyframes import KeyframePolicy, make_policy
 from .next_segment import NextSegment
 from .results import Frame
 from .segments import Segments
-from .fingerprint import InputFingerprint, check_digests
 from .snapshot import (SnapshotData, SnapshotError, check_compatible, read_snapshot,
                        snapshot_data, write_snapshot)
 from .stats import HostLaps, LatencyWindow

@@ -8,8 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from lingbot_ros.tools.replay.player import ReplayOptions
 from lingbot_ros.tools.replay.cli import parse_args
+from lingbot_ros.tools.replay.player import ReplayOptions
 from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
 from tests.ros.ros_helpers import (BAG_START_NS, RawReceiver, Recorded, finish, start_replay,
                                    write_bag)

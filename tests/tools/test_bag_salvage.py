@@ -4,8 +4,8 @@ file is left, the more whole messages, each the one written, never a broken one.
 import numpy as np
 import pytest
 
-from lingbot_ros.tools.sources.bag_salvage import salvage
 from lingbot_ros.tools.sources.bag import BagDepthStream, BagSource
+from lingbot_ros.tools.sources.bag_salvage import salvage
 from lingbot_ros.tools.synthetic.render import render_sequence
 from lingbot_ros.tools.synthetic.writers import write_bag
 

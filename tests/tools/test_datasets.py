@@ -13,8 +13,8 @@ from lingbot_ros.geometry import read_tum, tq_to_matrix
 from lingbot_ros.tools.sources.datasets import (FORMATS, Dataset, GroundTruth, detect_format,
                                         open_dataset, write_ground_truth_tum)
 from lingbot_ros.tools.sources.datasets.kitti import T_c0_camera, camera_offset, read_calib
-from lingbot_ros.tools.sources.frame import SKIP_REASONS
 from lingbot_ros.tools.sources.files import ImageFolderSource
+from lingbot_ros.tools.sources.frame import SKIP_REASONS
 from lingbot_ros.tools.synthetic.render import render_sequence
 from lingbot_ros.tools.synthetic.writers import write_bag, write_video
 from tests.tools.dataset_layouts import (EUROC_T_BS, kitti_calib, pixel, write_euroc,

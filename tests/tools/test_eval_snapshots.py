@@ -45,9 +45,9 @@ def test_the_snapshot_key_is_the_input_not_its_name(recordings, tmp_path):
     the same recording copied elsewhere is the same key; an unreadable input has none."""
     import shutil
 
-    from lingbot_ros.tools.eval.table import parse_args
     from lingbot_ros.tools.eval.fleet import OutputTree, plan_units, run_settings
     from lingbot_ros.tools.eval.fleet import unit_snapshot_folder
+    from lingbot_ros.tools.eval.table import parse_args
     settings = run_settings(parse_args([str(recordings["a"]), "--out", str(tmp_path), *FAST]))
     copy = tmp_path / "copy" / "seq"
     shutil.copytree(recordings["a"], copy)
@@ -62,9 +62,9 @@ def test_the_snapshot_key_is_the_input_not_its_name(recordings, tmp_path):
 def test_a_fresh_run_never_continues_a_stale_snapshot(recordings, tmp_path):
     """An earlier run on a/seq left its unit snapshot (6 frames in); a fresh run on b/seq (the
     same folder name, no --resume) starts at frame 0 and gives b's own trajectory."""
-    from lingbot_ros.tools.eval.table import parse_args
     from lingbot_ros.tools.eval.fleet import OutputTree, plan_units, run_settings
     from lingbot_ros.tools.eval.fleet import unit_snapshot_folder
+    from lingbot_ros.tools.eval.table import parse_args
     from lingbot_ros.tools.offline.cli import main as offline_main
     out, clean = tmp_path / "eval", tmp_path / "clean"
     assert evaluate(recordings["b"], "--policies", "all", "--out", clean, *FAST)[0] == 0

@@ -74,8 +74,8 @@ def test_sequence_names_are_unique_folder_names(tmp_path):
 
 
 def test_with_a_scale_the_table_has_the_se3_ate_in_metres(tmp_path, sequences):
-    from lingbot_ros.tools.eval.table import parse_args
     from lingbot_ros.tools.eval.fleet import run_settings, settings_digest
+    from lingbot_ros.tools.eval.table import parse_args
     out = tmp_path / "eval"
     assert main([str(sequences[0]), "--policies", "all", "--out", str(out), "--scale",
                  "fixed:0.5", *FAST]) == 0

@@ -479,9 +479,9 @@ def test_a_rerun_unit_with_scale_and_ply_resumes_from_its_snapshot(sequences, tm
     """--snapshot-every with --scale and --ply (no Ray: the unit's own code): an earlier
     attempt saved the unit's stream after 9 frames; the rerun continues from there and
     writes the trajectory (in metres) and the points of one uninterrupted run."""
-    from lingbot_ros.tools.eval.table import parse_args as eval_args
     from lingbot_ros.tools.eval.fleet import (OutputTree, execute_unit, plan_units, run_settings,
                                          unit_snapshot_folder)
+    from lingbot_ros.tools.eval.table import parse_args as eval_args
     from lingbot_ros.tools.offline.cli import load_model
     from lingbot_ros.tools.offline.cli import main as offline_main
 

@@ -88,8 +88,8 @@ def test_folder_every_extension_decodes_and_bombs_are_skipped_undecoded(tmp_path
     """Every IMAGE_EXTENSIONS file decodes (the compressed decoder the node uses). A file whose
     header declares 16000 x 16000 is skipped as too_large before OpenCV sees it, and bytes in
     no format we read are skipped as corrupt, undecoded."""
-    from lingbot_ros.tools.sources.frame import MAX_IMAGE_PIXELS, SKIP_REASONS
     from lingbot_ros.tools.sources.files import IMAGE_EXTENSIONS
+    from lingbot_ros.tools.sources.frame import MAX_IMAGE_PIXELS, SKIP_REASONS
     from tests.test_image_header import png_header, vp8l_constant
     img = np.random.default_rng(2).integers(0, 255, (8, 10, 3), np.uint8)
     for i, ext in enumerate(IMAGE_EXTENSIONS):

@@ -8,8 +8,8 @@ import pytest
 from evo.core import metrics, sync
 from evo.tools import file_interface
 
-from lingbot_ros.tools.offline.cli import main
 from lingbot_ros.geometry import read_ply
+from lingbot_ros.tools.offline.cli import main
 from lingbot_ros.tools.synthetic.render import render_sequence
 from lingbot_ros.tools.synthetic.writers import write_bag, write_image_folder, write_video
 
@@ -125,8 +125,8 @@ def test_help_shows_every_default(capsys):
 
 
 def test_progress_totals_come_from_the_source(tmp_path, seq):
-    from lingbot_ros.tools.sources.files import open_source
     from lingbot_ros.tools.offline.cli import source_total
+    from lingbot_ros.tools.sources.files import open_source
     assert source_total(open_source(write_video(seq, tmp_path / "clip.avi").path)) == len(seq)
     assert source_total(open_source(write_bag(seq, tmp_path / "bag", storage="mcap").path)) == \
         len(seq)

@@ -52,9 +52,9 @@ def test_resume_refuses_another_setting_or_recording(tmp_path, bag, caplog):
 
 
 def test_a_rerun_fleet_unit_resumes_from_its_last_snapshot(tmp_path, bag):
-    from lingbot_ros.tools.eval.table import parse_args as eval_args
     from lingbot_ros.tools.eval.fleet import (OutputTree, execute_unit, plan_units, run_settings,
                                          unit_snapshot_folder)
+    from lingbot_ros.tools.eval.table import parse_args as eval_args
     from lingbot_ros.tools.offline.cli import load_model
 
     def unit_run(out, snapshot_every):

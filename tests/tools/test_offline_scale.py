@@ -14,9 +14,9 @@ from evo.tools import file_interface
 from lingbot_ros.geometry import read_ply, read_ply_comments, read_tum, read_tum_header
 from lingbot_ros.scale import crop_indices
 from lingbot_ros.session import StreamingSession, load_session_model
-from lingbot_ros.tools.sources.datasets import open_dataset
 from lingbot_ros.tools.offline.cli import main, parse_args, session_config
 from lingbot_ros.tools.offline.scale_args import (parse_scale, parse_scale_params, scale_config)
+from lingbot_ros.tools.sources.datasets import open_dataset
 from lingbot_ros.tools.synthetic.render import render_sequence
 from lingbot_ros.tools.synthetic.writers import write_tum_rgbd
 

@@ -5,8 +5,8 @@ import time
 import numpy as np
 import pytest
 
-from lingbot_ros.session.keyframes import camera_motion_flow
 from lingbot_ros.geometry import c2w_to_map, read_tum
+from lingbot_ros.session.keyframes import camera_motion_flow
 from lingbot_ros.tools.synthetic import render as synthetic
 from lingbot_ros.tools.synthetic.render import default_intrinsics, render_sequence
 from lingbot_ros.tools.synthetic.writers import (DEFAULT_DEPTH_TOPIC, depth_to_u16,

@@ -28,8 +28,8 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image
 
 from ...image_decode import ImageRejected
-from .image_cdr import parse_image
 from ..params.topics import image_subscription
+from .image_cdr import parse_image
 
 AUTO_CHECK_PERIOD_S = 1.0
 

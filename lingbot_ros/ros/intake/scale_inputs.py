@@ -12,8 +12,8 @@ from nav_msgs.msg import Odometry
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image
 
-from .image_input import ImageInput
 from ..params.node_config import scale_reads_tf
+from .image_input import ImageInput
 from .scale_msgs import SOURCES_FOR_A_ROBOT, odometry_msg_pose
 
 

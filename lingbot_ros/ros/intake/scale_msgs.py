@@ -37,8 +37,7 @@ from ...scale import (DEPTH_ENCODINGS, DepthSource, OdometrySource, Rejection, S
                      odometry_rejection)
 from ..tf.tree import ExtrapolationError, TransformError
 
-__all__ = ["StreamScale", "depth_msg_to_array", "odometry_msg_pose", "units_header",
-           "SOURCES_FOR_A_ROBOT"]
+__all__ = ["StreamScale", "depth_msg_to_array", "odometry_msg_pose", "SOURCES_FOR_A_ROBOT"]
 
 # What the activation warning names for a robot whose outputs stay in model units.
 SOURCES_FOR_A_ROBOT = ("depth (an RGB-D camera's aligned depth on 'aligned_depth')",
@@ -382,17 +381,3 @@ def _stamp_s(stamp) -> float:
     """A ROS stamp in seconds, computed as the frames' (``stamp_ns * 1e-9``): equal stamps
     give equal floats."""
     return (stamp.sec * 1_000_000_000 + stamp.nanosec) * 1e-9
-
-
-def units_header(estimate: Optional[ScaleEstimate]) -> list[str]:
-    """The header lines of a saved file (TUM, PLY): its units, the scale source and value."""
-    if estimate is None or estimate.output_factor is None:
-        source = "none" if estimate is None else estimate.source
-        why = ("no scale source" if source == "none" else
-               f"scale {source} not locked ({estimate.state.value}, "
-               f"{estimate.samples}/{estimate.min_samples} samples)")
-        return ["units: model units (monocular: not metres)", f"scale: {why}"]
-    return ["units: m",
-            f"scale: {estimate.source}, {estimate.metres_per_unit:.9g} m per model unit, "
-            f"sigma_log {estimate.sigma_log:.3g}, {estimate.samples} samples, "
-            f"segment {estimate.segment}"]

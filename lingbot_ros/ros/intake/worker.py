@@ -14,7 +14,7 @@ ticket and leaves no context, so it can never touch the context of a frame in fl
 
 State it owns: the queue, the pending contexts and the reset generation. The lock that serialises
 its frame with a reset, a load or a save's copy is the stream's (``StreamControl``,
-ros/lifecycle/stream_control.py: one procedure each, with or without this thread): a reset waits for
+ros/intake/stream_control.py: one procedure each, with or without this thread): a reset waits for
 the image being handed in and has the frame in flight published first; while one waits, the worker
 takes no next frame, so a plain lock's unfairness cannot starve it under overload. What it learns
 goes into the ``NodeTelemetry`` it is given (counters) and, after each turn, one frozen
@@ -32,15 +32,15 @@ from typing import Callable, NamedTuple, Optional, Protocol
 from std_msgs.msg import Header
 
 from ...session import FrameFailed, FrameRejected, FrameResult
-from .convert import ImageLimits, ImageRejected, compressed_to_array, image_to_array
-from .frame_queue import FrameQueue
 from ..outputs.messages import ns_to_stamp, stamp_to_ns
 from ..status.node_facts import FactsBoard, NodeFacts
-from .pending_frames import PendingFrame, PendingFrames
-from ..tf.robot_frames import RobotFrames, extrinsic_summary
-from ..lifecycle.stream_control import StreamControl
-from .scale_msgs import StreamScale
 from ..status.telemetry import NodeTelemetry
+from ..tf.robot_frames import RobotFrames, extrinsic_summary
+from .convert import ImageLimits, ImageRejected, compressed_to_array, image_to_array
+from .frame_queue import FrameQueue
+from .pending_frames import PendingFrame, PendingFrames
+from .scale_msgs import StreamScale
+from .stream_control import StreamControl
 
 
 class QueuedImage(NamedTuple):
@@ -306,7 +306,7 @@ class FrameWorker:
             note, self._restart_note = self._restart_note, ""
             self._status.initializing(msg.header, (
                 f"collecting anchor frames: {info.scale_frames_buffered}/"
-                f"{info['startup_latency_frames']}" + (f"; {note}" if note else "")))
+                f"{info.startup_latency_frames}" + (f"; {note}" if note else "")))
         self._publish_outcomes(outcomes)
 
     def _check_chain(self, chain) -> None:

@@ -33,13 +33,10 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-import numpy as np
-
 from ...session import SnapshotError, write_snapshot
 
-__all__ = ["SnapshotJob", "wait_done", "take_state", "start_save", "node_state",
-           "load_node_state",
-           "SnapshotError", "scale_state", "check_scale", "restore_scale", "NodeSnapshots"]
+__all__ = ["SnapshotJob", "wait_done", "take_state", "start_save", "SnapshotError",
+           "scale_state", "check_scale", "restore_scale", "NodeSnapshots"]
 
 SCALE_KEY = "scale"  # front_end_state[SCALE_KEY]: StreamScale.state_dict()
 
@@ -159,23 +156,6 @@ def start_save(session, path, front_end_state: Optional[dict] = None,
     """Take (``take_state``) and write the stream of an idle ``session`` (no worker) in the
     background."""
     return SnapshotJob(lambda: take_state(session, front_end_state, extra, scale), path)
-
-
-def node_state(voxel_map=None, path_records: Optional[np.ndarray] = None) -> dict:
-    """The node's own state for a snapshot: the voxel map (``VoxelMap.state_dict``) and the
-    ~/path history (its serialized records, oldest first)."""
-    return {"voxel_map": None if voxel_map is None else voxel_map.state_dict(),
-            "path_records": None if path_records is None else np.ascontiguousarray(path_records)}
-
-
-def load_node_state(state: Optional[dict], voxel_map=None):
-    """Load the voxel map of ``node_state``'s output into ``voxel_map`` (when both exist);
-    returns the path records (or None)."""
-    if not state:
-        return None
-    if voxel_map is not None and state.get("voxel_map") is not None:
-        voxel_map.load_state_dict(state["voxel_map"])
-    return state.get("path_records")
 
 
 def scale_state(manifest: Optional[dict]) -> Optional[dict]:

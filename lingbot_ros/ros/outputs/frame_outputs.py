@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
 import numpy as np
@@ -28,22 +29,60 @@ from nav_msgs.msg import Odometry
 from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 from tf2_msgs.msg import TFMessage
 
-from ..params.node_config import NodeConfig
 from ...geometry import frame_points, rigid_inverse
-from ...scale import ScaleConfig, ScaleEstimate, depth_to_metres
+from ...scale import ScaleConfig, ScaleEstimate, depth_to_metres, units_header
 from ...session import FrameResult
+from ..params.node_config import NodeConfig
 from ..tf.frame_chain import FrameChain, body_velocity
+from ..tf.tree import TransformError
 from .map_points import MapPoints
-from ..lifecycle.snapshot_handlers import load_node_state, node_state
 from .messages import (camera_info_msg, depth_image, ns_to_stamp, odometry, point_cloud,
                        pose_stamped, scaled_covariance, transform)
-from ..status.node_facts import OutputFacts
 from .path_publisher import PathPublisher
-from ..intake.scale_msgs import units_header
-from ..tf.tree import TransformError
 
 _IDENTITY = np.eye(4)
 _HOLD_MAX = 100_000  # frames kept before the lock when publish.path_max_poses is 0 (all)
+
+
+@dataclass(frozen=True)
+class OutputFacts:
+    """``Outputs``' part: map -> odom failures, withheld frames, the map's units."""
+
+    tf_failures: int = 0  # map -> odom not published: no odom -> base at the stamp
+    last_tf_failure: str = ""
+    # (time.monotonic() of the first failure, failures since) while the last frame's
+    # map -> odom failed; None once one is published again
+    tf_failing: Optional[tuple[float, int]] = None
+    withheld: int = 0  # frames whose metric outputs were withheld (before the lock)
+    map_units: Optional[ScaleEstimate] = None  # the scale of the map's last points
+
+    def map_to_odom_failing(self, now: float) -> Optional[tuple[float, int, str]]:
+        """(seconds since map -> odom last went out, frames failed, last error) while the
+        last frame's failed; None otherwise (or when this node owns odom -> base)."""
+        if self.tf_failing is None:
+            return None
+        return now - self.tf_failing[0], self.tf_failing[1], self.last_tf_failure
+
+    def info(self) -> dict:
+        """Diagnostics key/values."""
+        return {"tf_failures": self.tf_failures, "scale_withheld_frames": self.withheld}
+
+
+def node_state(voxel_map=None, path_records: Optional[np.ndarray] = None) -> dict:
+    """The node's own state for a snapshot: the voxel map (``VoxelMap.state_dict``) and the
+    ~/path history (its serialized records, oldest first)."""
+    return {"voxel_map": None if voxel_map is None else voxel_map.state_dict(),
+            "path_records": None if path_records is None else np.ascontiguousarray(path_records)}
+
+
+def load_node_state(state: Optional[dict], voxel_map=None):
+    """Load the voxel map of ``node_state``'s output into ``voxel_map`` (when both exist);
+    returns the path records (or None)."""
+    if not state:
+        return None
+    if voxel_map is not None and state.get("voxel_map") is not None:
+        voxel_map.load_state_dict(state["voxel_map"])
+    return state.get("path_records")
 
 
 class HeldFrame(NamedTuple):

@@ -99,3 +99,13 @@ class HealthMonitor:
         lost = {k: v - old.get(k, 0) for k, v in lost_by_reason(new).items()
                 if v - old.get(k, 0) > 0}
         return min(1.0, sum(lost.values()) / received), received, lost
+
+
+def extrinsic_wait(frames, now: float) -> Optional[tuple[int, str]]:
+    """(level, message) while the robot's frames wait for the extrinsic (``FramesFacts``):
+    OK at first (start-up), ERROR after ``tf.wait_for_extrinsic_s``; None when not waiting."""
+    if frames.waiting_since is None:
+        return None
+    waited = now - frames.waiting_since
+    level = ERROR if waited >= frames.wait_for_extrinsic_s else OK
+    return level, f"no transform {frames.waiting_for} for {waited:.0f} s: " + frames.waiting_message

@@ -19,12 +19,12 @@ from diagnostic_msgs.msg import DiagnosticArray
 from lingbot_ros_interfaces.msg import CacheInfo, TrackingStatus
 from rclpy.clock import Clock, ClockType
 
-from . import diagnostics
-from .health import HealthMonitor
 from ..outputs.messages import cache_info
+from ..params.topics import image_subscription
+from . import diagnostics
+from .health import HealthMonitor, extrinsic_wait
 from .node_facts import NodeFacts
 from .telemetry import NodeTelemetry
-from ..params.topics import image_subscription
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ class Status:
         if paused:
             override = (0, "paused (~/pause): images are dropped until it is turned off")
         else:
-            override = facts.frames.health(now)
+            override = extrinsic_wait(facts.frames, now)
         outputs = facts.outputs
         level, message = self._health.evaluate(
             now, c, None if t.last_image_time is None else now - t.last_image_time,

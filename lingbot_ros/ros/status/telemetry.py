@@ -14,7 +14,7 @@ since the node started: ``received``, then exactly one of ``dropped_<why>``,
 
 Two timings, named apart: ``end_to_end_ms`` is the node's, from the image callback to the
 frame's outputs published (diagnostics ``latency_*_ms``, ``TrackingStatus.latency_ms``);
-the session's ``FrameResult.latency_ms`` / ``info()['latency_ms']`` is hand-in to result
+the session's ``FrameResult.latency_ms`` / ``info().latency_ms`` is hand-in to result
 (diagnostics ``compute_*_ms``, ``TrackingStatus.compute_ms``).
 """
 from __future__ import annotations

@@ -17,19 +17,46 @@ source ``odometry`` with ``scale.odometry_input: tf``).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
-from ..params.node_config import NodeConfig
 from ...geometry import T_BODY_OPTICAL, matrix_to_tq
+from ..params.node_config import NodeConfig
 from .frame_chain import FrameChain
-from ..status.node_facts import FramesFacts
 from .tree import ExtrapolationError, TransformError
 
 DEFAULT_CAMERA_FRAME = "camera_optical_frame"  # images without a frame_id
 EXTRINSIC_CHECK_S = 1.0  # how often the extrinsic in use is compared with TF's
 EXTRINSIC_TOLERANCE = 1e-6  # metres / rotation-matrix entries: a smaller change is none
+
+
+@dataclass(frozen=True)
+class FramesFacts:
+    """``RobotFrames``' part: the chain in use and the wait for the robot's TF."""
+
+    tf_tree: str = ""  # which transforms this node publishes (tf_tree_mode)
+    wait_for_extrinsic_s: float = 0.0  # tf.wait_for_extrinsic_s: waiting becomes an ERROR
+    chain: Optional[FrameChain] = None  # the stream's chain, once known
+    extrinsic: str = ""  # base -> optical in use, as text ("" camera-only or no chain yet)
+    pending_extrinsic: str = ""  # a different base -> camera seen on TF: on ~/reset ("": none)
+    waiting_since: Optional[float] = None  # time.monotonic() of the first miss, while waiting
+    waiting_for: str = ""  # "base_link -> camera_optical_frame", while waiting
+    waiting_message: str = ""  # what is missing and how to provide it, while waiting
+
+    def describe(self) -> dict:
+        """Diagnostics key/values: the tree, the tracked frame, the extrinsic in use."""
+        out = {"tf_tree": self.tf_tree}
+        if self.chain is not None:
+            out["tracked_frame"] = self.chain.tracked_frame
+            out["camera_frame"] = self.chain.camera_frame
+            if self.extrinsic:
+                out["extrinsic_base_optical"] = self.extrinsic
+                if self.pending_extrinsic:
+                    out["extrinsic_pending"] = (f"{self.pending_extrinsic} (base -> "
+                                                f"{self.chain.camera_frame}; on ~/reset)")
+        return out
 
 
 def tf_tree_mode(cfg: NodeConfig) -> str:

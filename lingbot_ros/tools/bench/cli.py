@@ -43,13 +43,13 @@ import torch
 from ...attention import BACKENDS
 from ...config import FLASHINFER_VARIANTS, KeyframeConfig, SessionConfig
 from ...session import FrameResult, StreamingSession, warm_up
-from .parity import run_parity
-from .gpu_profile import profile_stages, stage_split
-from .scale_cost import run_scale_bench, scale_line
+from ..out_folder import OutRefused, check_out_file, json_report_begins, write_json_report
 from .configs import (CONFIGS, SETTINGS_WIDTHS, SETTINGS_WINDOWS, bench_images, bench_model,
                           height_for, overrides_of, percentile, precisions_of, session_config,
                           settings_config, settings_configs)
-from ..out_folder import OutRefused, check_out_file, json_report_begins, write_json_report
+from .gpu_profile import profile_stages, stage_split
+from .parity import run_parity
+from .scale_cost import run_scale_bench, scale_line
 
 __all__ = ["main", "run_config", "steady_frame_gflops", "height_for", "settings_config",
            "settings_configs"]

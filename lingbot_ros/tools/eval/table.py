@@ -36,15 +36,15 @@ from pathlib import Path
 
 from ...config import KEYFRAME_POLICIES
 from ...geometry import write_atomic
-from .fleet import (Manifest, OutputTree, UnitProgress, execute_unit, input_fingerprint,
-                    plan_units, run_settings, settings_digest, worker_table)
-from .fleet.manifest import FORMAT as MANIFEST_FORMAT, MANIFEST
 from ..offline.cli import (RANDOM_WEIGHTS_NOTICE, add_input_args, add_model_args,
                       check_options, load_model)
 from ..offline.cli import parse_args as offline_args
 from ..offline.outputs import EXIT_INTERRUPTED, OFFLINE_FILES
 from ..offline.scale_args import add_scale_args
 from ..out_folder import OurFile, check_our_folder, check_out_folder
+from .fleet import (Manifest, OutputTree, UnitProgress, execute_unit, input_fingerprint,
+                    plan_units, run_settings, settings_digest, worker_table)
+from .fleet.manifest import FORMAT as MANIFEST_FORMAT, MANIFEST
 
 log = logging.getLogger("lingbot_ros.eval")
 

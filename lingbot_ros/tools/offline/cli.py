@@ -45,14 +45,14 @@ from ...geometry import VoxelMap, frame_points, read_tum, write_atomic, write_pl
 from ...scale import ScaleConfig
 from ...session import (PRESETS, FrameRejected, SessionInfo, StreamingSession,
                        load_session_model)
+from ..metrics.trajectory import evaluate
+from ..out_folder import check_out_folder
 from ..sources.datasets import FORMATS, open_dataset
 from .outputs import (EXIT_ENDED_EARLY, EXIT_FAILED, EXIT_INTERRUPTED, SUMMARY_BEGINS,
                               SUMMARY_FORMAT, RunState, planned_outputs)
 from .save_resume import OfflineSnapshots, add_snapshot_args
 from .scale_args import (OfflineScale, add_scale_args, parse_scale, parse_scale_params,
                             scale_config)
-from ..out_folder import check_out_folder
-from ..metrics.trajectory import evaluate
 
 log = logging.getLogger("lingbot_ros.offline")
 SESSION_DEFAULTS = SessionConfig()  # the session's own defaults, for those not set here

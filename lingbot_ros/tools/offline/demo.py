@@ -18,11 +18,11 @@ import sys
 from pathlib import Path
 
 from ...geometry import TUM_HEADER
-from .cli import RANDOM_WEIGHTS_NOTICE, parse_args as offline_args, run
-from .outputs import EXIT_FAILED, planned_outputs
 from ..out_folder import OurFile, OutRefused, check_out_folder
 from ..synthetic.render import render_sequence
 from ..synthetic.writers import write_bag
+from .cli import RANDOM_WEIGHTS_NOTICE, parse_args as offline_args, run
+from .outputs import EXIT_FAILED, planned_outputs
 
 
 def check_demo_out(out, files, run_files=()) -> None:

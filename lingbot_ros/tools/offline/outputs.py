@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Optional
 
 from ...geometry import PLY_HEADER, TUM_HEADER
-from ..out_folder import OurFile
 from ..metrics.plot import PNG_SOFTWARE
+from ..out_folder import OurFile
 
 __all__ = ["SUMMARY_FORMAT", "SUMMARY_BEGINS", "OFFLINE_FILES", "planned_outputs",
            "RunState", "EXIT_FAILED", "EXIT_ENDED_EARLY", "EXIT_INTERRUPTED"]

@@ -27,8 +27,8 @@ import numpy as np
 
 from ...image_decode import ImageRejected, decode_image
 from .bag_salvage import Salvage, salvage
-from .frame import Frame, FrameSource, PathLike, SkippedFrame, check_container, decode_bytes
 from .depth_stream import DepthReading, DepthStream
+from .frame import Frame, FrameSource, PathLike, SkippedFrame, check_container, decode_bytes
 
 __all__ = ["BagSource", "BagDepthStream", "DEFAULT_DEPTH_TOPIC", "is_depth_topic",
            "list_image_topics", "image_from_msg", "image_from_compressed", "depth_from_msg"]

@@ -33,9 +33,9 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from ...image_decode import require_cv2
 from ...geometry import (c2w_to_map, format_stamp, interpolate_poses, matrix_to_tq,
                         write_tum)
+from ...image_decode import require_cv2
 from ..sources.bag import DEFAULT_DEPTH_TOPIC
 from ..sources.datasets.depth import TUM_DEPTH_FACTOR
 from .sequence import SyntheticSequence

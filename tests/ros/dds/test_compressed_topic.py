@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from tests.ros.node_harness import NodeProcess, Probe, good_images, is_node_status, stamp_ns
 from tests.ros.node_data import IMAGE_TOPIC
+from tests.ros.node_harness import NodeProcess, Probe, good_images, is_node_status, stamp_ns
 from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
 
 COMPRESSED_TOPIC = IMAGE_TOPIC + "/compressed"  # /camera/image_raw/compressed

@@ -3,11 +3,11 @@ included) and no ~/depth is published, nor advertised. (It divided by zero while
 the anchor frames: with 4 anchors, 10 images gave 6 poses.)"""
 from __future__ import annotations
 
+from tests.ros.dds.test_node_pause_failed import send
 from tests.ros.image_fates import wait_every_image_counted
 from tests.ros.node_harness import NODE, NodeProcess, good_images, stamp_ns
 from tests.ros.robot_probe import RobotProbe
 from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
-from tests.ros.dds.test_node_pause_failed import send
 
 PARAMS = {"qos.image": "reliable", "qos.image_depth": 100, "queue_size": 100,
           "publish.diagnostics_rate_hz": 5.0, "session.num_scale_frames": 4,

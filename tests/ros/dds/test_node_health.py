@@ -8,11 +8,11 @@ import time
 import numpy as np
 import pytest
 
+from tests.ros.dds.test_node_robot_tf import ROBOT, STATIC, static_msgs
 from tests.ros.node_harness import (TINY_PARAMS, NodeProcess, Probe, good_images, header,
                                     stamp_ns)
 from tests.ros.robot_probe import RobotProbe, transform_msg
 from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
-from tests.ros.dds.test_node_robot_tf import ROBOT, STATIC, static_msgs
 
 FAST_DIAG = {"publish.diagnostics_rate_hz": 5.0, "diagnostics.stall_timeout_s": 1.0}
 WARN, ERROR = 1, 2

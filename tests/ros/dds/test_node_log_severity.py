@@ -11,10 +11,10 @@ such a site once made the second call raise and the node exit 1, or the worker t
 """
 from __future__ import annotations
 
+from tests.ros.dds.test_node_pause_failed import FAILED, nan_checkpoint, send, states
 from tests.ros.image_fates import wait_every_image_counted
 from tests.ros.node_harness import ACTIVE, NodeProcess, Probe, good_images, header
 from tests.ros.ros_helpers import BAG_START_NS, ros_env  # noqa: F401 -- the fixture
-from tests.ros.dds.test_node_pause_failed import FAILED, nan_checkpoint, send, states
 
 PARAMS = {"qos.image": "reliable", "qos.image_depth": 100, "queue_size": 100,
           "publish.diagnostics_rate_hz": 5.0}

@@ -17,8 +17,8 @@ import pytest
 from lingbot_ros.config import SessionConfig, PreprocessConfig
 from lingbot_ros.geometry import T_BODY_OPTICAL
 from lingbot_ros.session import open_session
-from tests.ros.node_harness import TINY_PARAMS, NodeProcess, good_images
 from tests.ros.node_data import stamp_ns
+from tests.ros.node_harness import TINY_PARAMS, NodeProcess, good_images
 from tests.ros.robot_probe import RobotProbe, matrix_of, transform_msg
 from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
 

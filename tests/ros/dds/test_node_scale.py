@@ -15,12 +15,12 @@ import math
 import numpy as np
 import pytest
 
-from tests.ros.node_harness import NodeProcess, good_images
-from tests.ros.node_data import stamp_ns
-from tests.ros.robot_probe import RobotProbe, matrix_of
-from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
 from tests.ros.dds.test_node_robot_tf import (ROBOT, T_BASE_OPTICAL, expected_results, send,
                                           static_msgs)
+from tests.ros.node_data import stamp_ns
+from tests.ros.node_harness import NodeProcess, good_images
+from tests.ros.robot_probe import RobotProbe, matrix_of
+from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
 
 FRAMES = 10
 W, H = 56, 42  # the tiny model's input size (input.width 56): no resize, no crop

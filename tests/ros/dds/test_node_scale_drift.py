@@ -12,11 +12,11 @@ import re
 
 import pytest
 
-from tests.ros.node_harness import NodeProcess, good_images
-from tests.ros.node_data import stamp_ns
-from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
 from tests.ros.dds.test_node_robot_tf import expected_results, static_msgs
 from tests.ros.dds.test_node_scale import H, K, MIN_SAMPLES, SCALE, W, ScaleProbe, depth_msg
+from tests.ros.node_data import stamp_ns
+from tests.ros.node_harness import NodeProcess, good_images
+from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
 
 BEFORE, AFTER = 8, 14  # frames at K, then at 1.5 K
 WARN_S = 0.2  # scale.drift_warn_s: 6 frames at the images' 30 Hz stamps

@@ -21,13 +21,13 @@ import time
 import numpy as np
 import pytest
 
-from tests.ros.node_harness import NodeProcess, good_images
-from tests.ros.node_data import stamp_ns
-from tests.ros.robot_probe import matrix_of
-from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
 from tests.ros.dds.test_node_robot_tf import T_BASE_OPTICAL, expected_results, send, static_msgs
 from tests.ros.dds.test_node_scale import (MIN_SAMPLES, SCALE, H, ScaleProbe, W,
                                        assert_metric_path, depth_msg, metric_base)
+from tests.ros.node_data import stamp_ns
+from tests.ros.node_harness import NodeProcess, good_images
+from tests.ros.robot_probe import matrix_of
+from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
 
 K = 2.0  # metres per model unit of the simulated sensor until it drifts
 TOL = 1e-5  # the DDS tests' tolerance on poses (float32 model outputs)

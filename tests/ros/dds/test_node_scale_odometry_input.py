@@ -8,12 +8,12 @@ import math
 
 import pytest
 
-from tests.ros.node_harness import NodeProcess, good_images
-from tests.ros.node_data import header, stamp_ns
-from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
 from tests.ros.dds.test_node_robot_tf import expected_results, send, static_msgs
 from tests.ros.dds.test_node_scale import (FRAMES, H, K, SCALE, W, OdometryProbe, metric_base,
                                        odometry_msg)
+from tests.ros.node_data import header, stamp_ns
+from tests.ros.node_harness import NodeProcess, good_images
+from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
 
 
 def test_unusable_odometry_before_the_first_image_is_counted(tmp_path, ros_env):

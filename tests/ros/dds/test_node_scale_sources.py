@@ -18,13 +18,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.ros.node_harness import NodeProcess, good_images
-from tests.ros.node_data import stamp_ns
-from tests.ros.robot_probe import matrix_of, transform_msg
-from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
 from tests.ros.dds.test_node_robot_tf import expected_results, send, static_msgs
 from tests.ros.dds.test_node_scale import (FRAMES, H, K, MIN_SAMPLES, SCALE, W, ScaleProbe,
                                        metric_base)
+from tests.ros.node_data import stamp_ns
+from tests.ros.node_harness import NodeProcess, good_images
+from tests.ros.robot_probe import matrix_of, transform_msg
+from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
 
 
 def publish_odometry_tf(probe, transforms: list) -> None:

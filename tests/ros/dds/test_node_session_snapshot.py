@@ -103,10 +103,10 @@ def test_a_locked_scale_survives_save_session_and_load_session(tmp_path, ros_env
     at once (nothing withheld), as the uninterrupted stream's. A node with scale.source fixed
     refuses the snapshot, saying why."""
     from lingbot_ros_interfaces.srv import LoadSession, SaveSession
-    from tests.ros.node_harness import good_images
-    from tests.ros.robot_probe import matrix_of
     from tests.ros.dds.test_node_robot_tf import expected_results, send, static_msgs
     from tests.ros.dds.test_node_scale import H, K, SCALE, W, ScaleProbe, metric_base, send_depth
+    from tests.ros.node_harness import good_images
+    from tests.ros.robot_probe import matrix_of
 
     images = good_images(10, width=W, height=H)
     stamps = [stamp_ns(m.header.stamp) for m in images]
@@ -168,9 +168,9 @@ def test_scale_restore_rules_without_a_node():
     """check_scale refuses another source before anything changes; restore_scale continues a
     LOCKED estimate; a snapshot without an estimate (an older build's) restarts a metric one
     with a warning; none/fixed need none."""
+    from lingbot_ros.ros.intake.scale_msgs import StreamScale
     from lingbot_ros.ros.lifecycle.snapshot_handlers import (SnapshotError, check_scale,
                                                              restore_scale)
-    from lingbot_ros.ros.intake.scale_msgs import StreamScale
     from lingbot_ros.scale import ScaleConfig, ScaleEstimator, ScaleSample
 
     config = ScaleConfig(source="depth", min_samples=2)
@@ -198,10 +198,10 @@ def test_a_restarted_node_continues_a_locked_scale(tmp_path, ros_env):
     (session.resume_from): ~/scale is LOCKED at A's value from the start and B's frames go out
     in metres at once (nothing withheld), as the uninterrupted stream's. A node of another
     scale.source fails its configure on that snapshot, saying why."""
-    from tests.ros.node_harness import good_images
-    from tests.ros.robot_probe import matrix_of
     from tests.ros.dds.test_node_robot_tf import expected_results, send, static_msgs
     from tests.ros.dds.test_node_scale import H, K, SCALE, W, ScaleProbe, metric_base, send_depth
+    from tests.ros.node_harness import good_images
+    from tests.ros.robot_probe import matrix_of
 
     images = good_images(10, width=W, height=H)
     stamps = [stamp_ns(m.header.stamp) for m in images]

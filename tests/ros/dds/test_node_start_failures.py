@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.ros.dds.test_node_signals import set_parameter
 from tests.ros.node_harness import (ACTIVATE, ACTIVE, CLEANUP, CONFIGURE, DEACTIVATE, INACTIVE,
                                     UNCONFIGURED, NodeProcess, Probe, good_images)
 from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
-from tests.ros.dds.test_node_signals import set_parameter
 
 MANAGED = {"autostart": False, "qos.image": "reliable", "queue_size": 20}
 

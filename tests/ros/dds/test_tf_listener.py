@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from lingbot_ros.clients.background_node import BackgroundNode
+from lingbot_ros.geometry import R_BODY_OPTICAL, tq_to_matrix
 from lingbot_ros.ros.tf.listener import TfListener
 from lingbot_ros.ros.tf.tree import TransformTree
-from lingbot_ros.geometry import R_BODY_OPTICAL, tq_to_matrix
 from tests.ros.ros_helpers import REPO
 from tests.ros.tf_publisher import (MALFORMED, ODOM_POSES, ODOM_STAMPS_NS, STATIC_CHAIN)
 

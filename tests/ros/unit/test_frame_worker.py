@@ -17,8 +17,8 @@ import pytest
 from lingbot_ros.config import PreprocessConfig, SessionConfig
 from lingbot_ros.ros.intake.worker import FrameWorker
 from lingbot_ros.ros.params.node_config import NodeConfig
-from lingbot_ros.ros.tf.robot_frames import RobotFrames
 from lingbot_ros.ros.status.telemetry import NodeTelemetry
+from lingbot_ros.ros.tf.robot_frames import RobotFrames
 from lingbot_ros.session import open_session
 from tests.ros.node_data import good_images, header, stamp_ns
 from tests.ros.stamp_cases import CASES, case_images

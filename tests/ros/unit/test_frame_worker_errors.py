@@ -15,8 +15,8 @@ import pytest
 
 from lingbot_ros.ros.intake.worker import FrameWorker
 from lingbot_ros.ros.params.node_config import NodeConfig
-from lingbot_ros.ros.tf.robot_frames import RobotFrames
 from lingbot_ros.ros.status.telemetry import NodeTelemetry
+from lingbot_ros.ros.tf.robot_frames import RobotFrames
 from lingbot_ros.session import open_session
 from tests.ros.image_fates import fates, unaccounted
 from tests.ros.node_data import good_images, header, stamp_ns

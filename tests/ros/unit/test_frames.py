@@ -7,12 +7,13 @@ import math
 import numpy as np
 import pytest
 
+from lingbot_ros.geometry import T_BODY_OPTICAL, c2w_to_map, rigid_inverse, tq_to_matrix
 from lingbot_ros.ros.params.node_config import NodeConfig
+from lingbot_ros.ros.status.health import extrinsic_wait
 from lingbot_ros.ros.status.diagnostics import camera_info_check
 from lingbot_ros.ros.tf.frame_chain import FrameChain, body_velocity
 from lingbot_ros.ros.tf.robot_frames import RobotFrames, tf_tree_mode
 from lingbot_ros.ros.tf.tree import TransformTree
-from lingbot_ros.geometry import T_BODY_OPTICAL, c2w_to_map, rigid_inverse, tq_to_matrix
 
 
 def random_rigid(rng) -> np.ndarray:
@@ -72,14 +73,14 @@ def test_robot_frames_waits_for_the_extrinsic_then_keeps_it():
     frames = RobotFrames(NodeConfig(wait_for_extrinsic_s=2.0), tree)
     assert frames.resolve("camera_optical_frame", now=10.0) is None
     assert frames.waiting_for == "base_link -> camera_optical_frame"
-    level, message = frames.facts().health(11.0)
+    level, message = extrinsic_wait(frames.facts(), 11.0)
     assert level == 0 and "frames.base" in message and "/tf_static" in message
-    assert frames.facts().health(12.5)[0] == 2  # past tf.wait_for_extrinsic_s
+    assert extrinsic_wait(frames.facts(), 12.5)[0] == 2  # past tf.wait_for_extrinsic_s
     T = np.eye(4)
     T[2, 3] = 1.0
     tree.set_transform("base_link", "camera_optical_frame", T, 0, static=True)
     chain = frames.resolve("camera_optical_frame", now=13.0)
-    assert chain is not None and frames.facts().health(13.0) is None
+    assert chain is not None and extrinsic_wait(frames.facts(), 13.0) is None
     np.testing.assert_allclose(chain.T_base_optical, T)
     tree.clear()  # kept once found: it is rigid
     assert frames.resolve("camera_optical_frame", now=14.0) is chain

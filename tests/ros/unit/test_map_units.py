@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from lingbot_ros.geometry import read_ply, read_ply_comments
-from lingbot_ros.ros.tf.frame_chain import FrameChain
 from lingbot_ros.ros.params.node_config import NodeConfig
+from lingbot_ros.ros.tf.frame_chain import FrameChain
 from lingbot_ros.scale import ScaleEstimate, ScaleState
 
 K = 0.25  # metres per model unit

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from lingbot_ros.config import SessionConfig
-from lingbot_ros.ros.params.node_config import NodeConfig
 from lingbot_ros.ros.params.declare import PARAM_NAMES, PARAMS, build_settings, check_value
+from lingbot_ros.ros.params.node_config import NodeConfig
 from tests.ros.ros_helpers import REPO, ros_env  # noqa: F401 -- the fixture
 
 YAML = REPO / "config" / "lingbot_ros.yaml"

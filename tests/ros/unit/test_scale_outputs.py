@@ -18,10 +18,10 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 
 from lingbot_ros.geometry import T_BODY_OPTICAL, rigid_inverse
-from lingbot_ros.ros.tf.frame_chain import FrameChain
+from lingbot_ros.ros.intake.scale_msgs import StreamScale, depth_msg_to_array
 from lingbot_ros.ros.outputs.messages import scaled_covariance
-from lingbot_ros.ros.intake.scale_msgs import StreamScale, depth_msg_to_array, units_header
-from lingbot_ros.scale import ScaleConfig, ScaleState
+from lingbot_ros.ros.tf.frame_chain import FrameChain
+from lingbot_ros.scale import ScaleConfig, ScaleState, units_header
 
 K = 0.25  # metres per model unit
 LEVER = 0.3  # the camera's optical centre 0.3 m ahead of base_link

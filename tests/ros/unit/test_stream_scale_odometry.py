@@ -12,8 +12,8 @@ import pytest
 from lingbot_ros.geometry import T_BODY_OPTICAL
 from lingbot_ros.ros.intake.scale_msgs import StreamScale, odometry_msg_pose
 from lingbot_ros.scale import ScaleConfig
-from tests.ros.unit.test_stream_scale_state import ODOM_CFG, feed_scale, odometry_events
 from tests.ros.unit.test_scale_outputs import camera_mount
+from tests.ros.unit.test_stream_scale_state import ODOM_CFG, feed_scale, odometry_events
 
 NAN_POSE = np.full((4, 4), np.nan)
 

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.spatial.transform import Rotation, Slerp
 
+from lingbot_ros.geometry import slerp, tq_to_matrix
 from lingbot_ros.ros.tf.tree import (ExtrapolationError, NotConnectedError, Reparent,
                                      TransformError, TransformTree, UnknownFrameError)
-from lingbot_ros.geometry import slerp, tq_to_matrix
 
 S = 10**9  # ns per second
 

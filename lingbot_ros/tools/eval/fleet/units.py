@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Optional
 
 from ....geometry import write_atomic
-from ....session.fingerprint import fingerprint_key
-from ...sources.datasets import open_dataset
+from ....session import fingerprint_key
 from ...offline.cli import run
 from ...offline.save_resume import recording_fingerprint
+from ...sources.datasets import open_dataset
 from .tree import OutputTree
 
 log = logging.getLogger("lingbot_ros.eval")

@@ -18,8 +18,8 @@ from typing import Iterator, NamedTuple, Optional, Sequence
 import numpy as np
 
 from ....geometry import format_stamp, parse_stamp, write_tum
-from ..frame import FrameSource, PathLike
 from ..depth_stream import DepthStream
+from ..frame import FrameSource, PathLike
 
 __all__ = ["Dataset", "GroundTruth", "RIGID_TOLERANCE", "check_rigid", "count",
            "line_error", "make_ground_truth", "parse_finite", "parse_nanoseconds",

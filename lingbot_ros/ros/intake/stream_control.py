@@ -17,9 +17,9 @@ from contextlib import contextmanager
 from typing import Callable, Optional, Protocol
 
 from ...session import read_manifest
-from .snapshot_handlers import SnapshotJob, check_scale, restore_scale, take_state
-from ..intake.scale_msgs import StreamScale
+from ..lifecycle.snapshot_handlers import SnapshotJob, check_scale, restore_scale, take_state
 from ..status.telemetry import NodeTelemetry
+from .scale_msgs import StreamScale
 
 
 class AttachedWorker(Protocol):
