@@ -1,17 +1,12 @@
 """lingbot_ros_node: the lifecycle node. A thin adapter: ROS in, StreamingSession, ROS out.
 
-Threads: one executor thread runs the callbacks (image intake only queues; services and timers read
-snapshots), one worker thread (``FrameWorker``, while active) runs the session and publishes. State
-owners (docs/architecture.md): the node owns the lifecycle, the settings, the session object's
-lifetime and the pause switch (all changed on the executor thread only); the worker owns the queue,
-the frames in flight and the lock that serialises its frame with a reset; ``NodeTelemetry`` owns the
-counters (locked) and the worker publishes one frozen ``NodeFacts`` a frame (the chain, the outputs'
-facts) into ``facts``: ~/status, the services and /diagnostics read those snapshots, through narrow
-read functions (``StatusReads``, ``ServiceCalls``), never the node. ``StreamControl`` (from
-configure to cleanup) runs reset, load and save, one procedure each with or without a worker.
-``main()`` lives in ``ros/main.py``; configure's heavy part in ``ros/lifecycle/session_build.py``;
-the scale source's inputs in ``ros/intake/scale_inputs.py``; the snapshot handlers (resume, save,
-load, save on shutdown) in ``ros/lifecycle/snapshot_handlers.py``.
+Threads: the executor thread runs the callbacks (image intake only queues; services and timers
+read snapshots); the worker thread (``FrameWorker``, while active) runs the session and publishes.
+The node owns the lifecycle, the settings, the session object's lifetime and the pause switch
+(executor thread only); everything else has its owner in a room of ros/ (docs/architecture.md,
+"Who owns which state"): the readers get narrow read functions (``StatusReads``,
+``ServiceCalls``), never the node; ``StreamControl`` runs reset, load and save. ``main()`` lives
+in ``ros/main.py``.
 
 Failures: configure's heavy part (model, session, warm-up) runs on a ``BackgroundJob`` so a
 signal abandons it at once (``ConfigureInterrupted``); an exception in activate is logged
