@@ -24,7 +24,7 @@ from ...config import (ATTENTION_BACKENDS, FLASHINFER_VARIANTS, FUSED_KERNEL_MOD
 from ...scale.config import BEFORE_LOCK_POLICIES, SCALE_SOURCES
 
 IMAGE_QOS = ("auto", "sensor_data", "reliable")  # qos.image (ros/intake/image_input.py)
-ODOMETRY_INPUTS = ("topic", "tf")  # scale.odometry_input (ros/intake/scale_msgs.py)
+ODOMETRY_INPUTS = ("topic", "tf")  # scale.odometry_input (ros/intake/scale_inputs.py)
 
 
 def none_if_negative(value):

@@ -197,6 +197,7 @@ class BagSource(FrameSource):
         if stamps not in ("header", "bag"):
             raise ValueError(f"stamps must be 'header' or 'bag', got {stamps!r}")
         self.stamp_source = stamps
+        self.header_stamps = stamps == "header"  # else the bag's record times
         indexed, self._rescue = _image_topics(self.path)
         topics = {t: m for t, (m, _) in indexed.items()}
         if topic is None:
@@ -239,7 +240,7 @@ class BagSource(FrameSource):
             except SkippedFrame as skip:
                 self.stats.skip(skip.reason, f"{where}: {skip}")
                 continue
-            if self.stamp_source == "header":
+            if self.header_stamps:
                 st = msg.header.stamp
                 stamp = int(st.sec) * 1_000_000_000 + int(st.nanosec)
             else:

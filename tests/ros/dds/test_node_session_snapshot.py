@@ -168,7 +168,7 @@ def test_scale_restore_rules_without_a_node():
     """check_scale refuses another source before anything changes; restore_scale continues a
     LOCKED estimate; a snapshot without an estimate (an older build's) restarts a metric one
     with a warning; none/fixed need none."""
-    from lingbot_ros.ros.intake.scale_msgs import StreamScale
+    from lingbot_ros.scale import ScaleStream
     from lingbot_ros.ros.lifecycle.snapshot_handlers import (SnapshotError, check_scale,
                                                              restore_scale)
     from lingbot_ros.scale import ScaleConfig, ScaleEstimator, ScaleSample
@@ -178,11 +178,11 @@ def test_scale_restore_rules_without_a_node():
     for i in range(3):
         est.add(ScaleSample(i * 0.1, 2.0, "depth"))
     manifest = {"front_end_state": {"scale": est.state_dict()}}
-    fixed = StreamScale(ScaleConfig(source="fixed", factor=0.4))
+    fixed = ScaleStream(ScaleConfig(source="fixed", factor=0.4))
     with pytest.raises(SnapshotError, match="scale.source 'depth', this stream's is 'fixed'"):
         check_scale(manifest, fixed)
     assert fixed.estimate.metres_per_unit == 0.4 and fixed.estimate.segment == 0
-    depth = StreamScale(config)
+    depth = ScaleStream(config)
     check_scale(manifest, depth)
     estimate, warning = restore_scale({"front_end_state": {}}, depth)
     assert "holds no scale estimate" in warning and estimate.segment == 1
