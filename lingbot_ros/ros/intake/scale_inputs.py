@@ -14,6 +14,7 @@ from nav_msgs.msg import Odometry
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image
 
+from ...image_decode import ImageRejected
 from ..params.node_config import scale_reads_tf
 from .image_input import ImageInput
 from .scale_msgs import SOURCES_FOR_A_ROBOT, depth_msg_input, odometry_msg_pose, tf_lookup
@@ -69,15 +70,23 @@ def scale_inputs(node) -> list:
 
 
 def _depth_callback(node):
+    on_malformed = _malformed_depth(node)
+
     def on_depth(msg) -> None:
         scale = node.scale
-        if scale is not None:
-            scale.push_depth(*depth_msg_input(msg))
+        if scale is None:
+            return
+        try:
+            depth = depth_msg_input(msg)
+        except ImageRejected as exc:  # counted as the bytes that are no Image are
+            on_malformed(exc)
+            return
+        scale.push_depth(*depth)
     return on_depth
 
 
 def _malformed_depth(node):
-    def on_malformed(exc) -> None:  # topics.image_raw_take: bytes that are no Image
+    def on_malformed(exc) -> None:  # bytes that are no Image, an Image that is no depth
         node.telemetry.count(f"depth_rejected_{exc.reason}")
         node.get_logger().warning(f"aligned depth image rejected ({exc.reason}): "
                                   f"{exc.detail}", throttle_duration_sec=2.0)

@@ -3,7 +3,7 @@
 The stream's scale (the ``scale.*`` parameters) is owned by :class:`~lingbot_ros.scale.ScaleStream`:
 estimator, source (from the one registry), lock, segment and snapshot. This module only adapts
 messages and TF to it: an ``aligned_depth`` Image -> (stamp ns, array, encoding)
-(:func:`depth_msg_input`), a nav_msgs/Odometry -> (stamp ns, T_odom_base)
+(:func:`depth_msg_input`, decoded by the one raw-image decoder, ``image_decode.decode_depth``), a nav_msgs/Odometry -> (stamp ns, T_odom_base)
 (:func:`odometry_msg_pose`), and the TF tree's lookups -> lookups that raise the stream's
 :class:`~lingbot_ros.scale.LookupMissed` (:func:`tf_lookup`). The worker feeds the stream each
 finished frame (``on_frame``); the executor pushes sensor data (``push_depth``,
@@ -16,10 +16,11 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ...scale import DEPTH_ENCODINGS, LookupMissed
+from ...image_decode import decode_depth
+from ...scale import LookupMissed
 from ..tf.tree import ExtrapolationError, TransformError
 
-__all__ = ["depth_msg_to_array", "depth_msg_input", "odometry_msg_pose", "tf_lookup",
+__all__ = ["depth_msg_input", "odometry_msg_pose", "tf_lookup",
            "SOURCES_FOR_A_ROBOT"]
 
 # What the activation warning names for a robot whose outputs stay in model units.
@@ -27,24 +28,6 @@ SOURCES_FOR_A_ROBOT = ("depth (an RGB-D camera's aligned depth on 'aligned_depth
                        "odometry (wheel/VIO odometry on 'odom_in', or odom -> base on TF)",
                        "camera_height (a level floor in view, the camera's height)",
                        "fixed (a calibrated scale.factor)")
-
-
-def depth_msg_to_array(msg) -> np.ndarray:
-    """A sensor_msgs/Image depth message -> its (H, W) array, without copying or checking
-    the values (the depth source masks and counts bad readings). An unknown encoding gives
-    the raw bytes as uint8 (the source rejects it: ``wrong_encoding``); a buffer that does not
-    hold height x width pixels gives an empty array (``wrong_size``)."""
-    h, w, step = int(msg.height), int(msg.width), int(msg.step)
-    known = DEPTH_ENCODINGS.get(str(msg.encoding).lower())
-    dtype = np.dtype(np.uint8) if known is None else known[0]
-    dtype = dtype.newbyteorder(">" if msg.is_bigendian else "<")
-    data = np.frombuffer(msg.data, dtype=np.uint8)
-    row = w * dtype.itemsize
-    if h <= 0 or w <= 0 or step < row or data.size < step * (h - 1) + row:
-        return np.zeros((0, 0), dtype=dtype.newbyteorder("="))
-    rows = np.lib.stride_tricks.as_strided(data, shape=(h, row), strides=(step, 1))
-    return np.ascontiguousarray(rows).view(dtype).reshape(h, w).astype(
-        dtype.newbyteorder("="), copy=False)
 
 
 def odometry_msg_pose(msg) -> tuple[int, np.ndarray]:
@@ -66,8 +49,10 @@ def odometry_msg_pose(msg) -> tuple[int, np.ndarray]:
 
 def depth_msg_input(msg) -> tuple[int, np.ndarray, str]:
     """An ``aligned_depth`` Image -> ``ScaleStream.push_depth``'s (stamp ns, array,
-    encoding)."""
-    return _stamp_ns(msg.header.stamp), depth_msg_to_array(msg), str(msg.encoding)
+    encoding). ``ImageRejected`` (image_decode's reasons: unknown_encoding, bad_step,
+    truncated, zero_size) for a depth image that cannot be read: the caller counts it."""
+    image, encoding = decode_depth(msg)
+    return _stamp_ns(msg.header.stamp), image, encoding
 
 
 def tf_lookup(lookup: Optional[Callable[[int], np.ndarray]]):

@@ -18,7 +18,8 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 
 from lingbot_ros.geometry import T_BODY_OPTICAL, rigid_inverse
-from lingbot_ros.ros.intake.scale_msgs import depth_msg_input, depth_msg_to_array, tf_lookup
+from lingbot_ros.image_decode import ImageRejected
+from lingbot_ros.ros.intake.scale_msgs import depth_msg_input, tf_lookup
 from lingbot_ros.ros.outputs.messages import scaled_covariance
 from lingbot_ros.ros.tf.frame_chain import FrameChain
 from lingbot_ros.scale import ScaleConfig, ScaleState, ScaleStream, units_header
@@ -103,16 +104,19 @@ def depth_msg(array: np.ndarray, encoding: str, t_ns: int = 5_000_000_000, pad: 
 @pytest.mark.parametrize("pad,bigendian", [(0, False), (6, False), (2, True)])
 def test_depth_messages_read_exactly(encoding, dtype, pad, bigendian):
     a = (np.arange(12).reshape(3, 4) * 100 + 7).astype(dtype)
-    got = depth_msg_to_array(depth_msg(a, encoding, pad=pad, bigendian=bigendian))
+    stamp, got, enc = depth_msg_input(depth_msg(a, encoding, pad=pad, bigendian=bigendian))
     np.testing.assert_array_equal(got, a)
-    assert got.dtype == np.dtype(dtype)
+    assert got.dtype == np.dtype(dtype) and got.flags.c_contiguous
+    assert (stamp, enc) == (5_000_000_000, encoding)
 
 
-def test_short_or_unknown_depth_messages_give_arrays_the_source_rejects():
+def test_short_or_unknown_depth_messages_are_refused_with_the_decoders_reason():
     msg = depth_msg(np.ones((3, 4), np.uint16), "16UC1")
     msg.data = msg.data[:-1]
-    assert depth_msg_to_array(msg).shape == (0, 0)
-    assert depth_msg_to_array(depth_msg(np.ones((3, 4), np.uint16), "rgb8")).dtype == np.uint8
+    with pytest.raises(ImageRejected, match="truncated"):
+        depth_msg_input(msg)
+    with pytest.raises(ImageRejected, match="unknown_encoding"):
+        depth_msg_input(depth_msg(np.ones((3, 4), np.uint16), "rgb8"))
 
 
 def crop(h: int, w: int):
@@ -134,9 +138,10 @@ def test_stream_scale_depth_locks_at_k_and_counts_bad_input():
     # no depth yet; a wrong encoding; a wrong size; no predicted depth: counted, no raise
     pred = rng.uniform(1.0, 3.0, size=(30, 40)).astype(np.float32)
     assert scale.on_frame(frame(1_000_000_000, pred), T_bo).reason == "no_depth"
-    scale.push_depth(*depth_msg_input(depth_msg(np.zeros((30, 40), np.uint8), "mono8", 2_000_000_000)))
+    scale.push_depth(2_000_000_000, np.zeros((30, 40), np.uint8), "mono8")  # not a depth
     assert scale.on_frame(frame(2_000_000_000, pred), T_bo).reason == "wrong_encoding"
-    scale.push_depth(*depth_msg_input(depth_msg(np.ones((10, 10), np.float32), "32FC1", 3_000_000_000)))
+    scale.push_depth(*depth_msg_input(depth_msg(np.ones((10, 10), np.float32), "32FC1",
+                                                3_000_000_000)))
     assert scale.on_frame(frame(3_000_000_000, pred), T_bo).reason == "wrong_size"
     assert scale.on_frame(frame(3_500_000_000, None), T_bo).reason in ("no_depth", "out_of_sync")
     for i in range(4):
