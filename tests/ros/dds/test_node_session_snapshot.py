@@ -125,7 +125,7 @@ def test_a_locked_scale_survives_save_session_and_load_session(tmp_path, ros_env
         reply = probe.call("save_session", SaveSession.Request(path=str(snap)))
         assert reply.success and reply.frames == 6, reply.message
         manifest = json.loads((snap / "manifest.json").read_text())
-        assert manifest["front_end_state"]["scale"]["state"] == "LOCKED"
+        assert manifest["front_end_state"]["scale"]["estimator"]["state"] == "LOCKED"
 
         assert probe.call("reset").success
         probe.wait_until(lambda: (lambda m: m is not None and m.state == m.UNKNOWN
@@ -220,7 +220,7 @@ def test_a_restarted_node_continues_a_locked_scale(tmp_path, ros_env):
         node.interrupt()
         assert node.wait(60) == 0, node.log()[-3000:]
     assert json.loads((snap / "manifest.json").read_text())[
-        "front_end_state"]["scale"]["state"] == "LOCKED"
+        "front_end_state"]["scale"]["estimator"]["state"] == "LOCKED"
 
     with NodeProcess(ros_env, tmp_path, {**depth, "session.resume_from": str(snap)},
                      name="b") as node, ScaleProbe(static_msgs()) as probe:
