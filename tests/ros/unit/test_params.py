@@ -233,16 +233,3 @@ def test_declared_in_a_real_node_from_the_params_file(ros_env):
         node.destroy_node()
         context.try_shutdown()
 
-
-def test_every_scale_config_field_is_a_parameter_row():
-    """docs/scale.md lists every ScaleConfig field as a ROS parameter: each is set by one row
-    (six had none: depth_stride, odom_window, odom_max_dt_s, ground_inlier_ratio,
-    ground_min_inliers, max_samples)."""
-    from dataclasses import fields
-    from lingbot_ros.scale import ScaleConfig
-    set_by = sorted(p.attribute for p in PARAMS if p.field.rsplit(".", 1)[0] == "scale")
-    assert set_by == sorted(f.name for f in fields(ScaleConfig))
-    s = build_settings({"scale.depth_stride": 2, "scale.odom_window": 40,
-                        "scale.max_samples": 50, "scale.ground_min_inliers": 100})
-    assert (s.scale.depth_stride, s.scale.odom_window, s.scale.max_samples,
-            s.scale.ground_min_inliers) == (2, 40, 50, 100)
