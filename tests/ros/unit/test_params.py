@@ -232,4 +232,3 @@ def test_declared_in_a_real_node_from_the_params_file(ros_env):
     finally:
         node.destroy_node()
         context.try_shutdown()
-
