@@ -3,7 +3,9 @@
 :data:`ENCODINGS` names every raw layout the package understands (ROS names from
 ``sensor_msgs/image_encodings.hpp`` and OpenCV's ``8UCn``/``16UCn``) with its
 :class:`PixelFormat`. :func:`check_image` validates a message's geometry against its data,
-:func:`image_pixels` turns a checked message into an array, :func:`decode_image` does both. A
+:func:`image_pixels` turns a checked message into an array, :func:`decode_image` does both.
+Depth images (:data:`DEPTH_ENCODINGS`: 16UC1, mono16, 32FC1) go through the same checks and
+pixels in :func:`decode_depth` (the node's ``aligned_depth`` and the bags' depth topics). A
 malformed message raises :class:`ImageRejected`, whose ``reason`` (one of
 :data:`REJECT_REASONS`) is short enough to key a drop counter.
 
@@ -31,8 +33,9 @@ from typing import Optional
 
 import numpy as np
 
-__all__ = ["OpenCVMissing", "require_cv2", "ENCODINGS", "OPENCV_ENCODINGS", "REJECT_REASONS", "ImageRejected", "PixelFormat",
-           "check_image", "decode_image", "image_pixels", "opencv_encoding"]
+__all__ = ["OpenCVMissing", "require_cv2", "ENCODINGS", "DEPTH_ENCODINGS", "OPENCV_ENCODINGS",
+           "REJECT_REASONS", "ImageRejected", "PixelFormat", "check_image", "decode_image",
+           "decode_depth", "image_pixels", "opencv_encoding"]
 
 # Every reason an image can be refused for. check_image: unknown_encoding, bad_step,
 # zero_size, truncated, too_large. Compressed data (lingbot_ros.image_header): zero_size,
@@ -50,7 +53,7 @@ class PixelFormat:
     the channel order ('rgb', 'bgr', 'rgba', 'bgra' or 'mono')."""
 
     channels: int
-    dtype: str  # 'uint8' | 'uint16'
+    dtype: str  # 'uint8' | 'uint16' | 'float32' (depth)
     order: str
 
     @property
@@ -69,6 +72,13 @@ ENCODINGS: dict[str, PixelFormat] = {
     "8UC1": PixelFormat(1, "uint8", "mono"), "8UC3": PixelFormat(3, "uint8", "bgr"),
     "8UC4": PixelFormat(4, "uint8", "bgra"), "16UC1": PixelFormat(1, "uint16", "mono"),
     "16UC3": PixelFormat(3, "uint16", "bgr"), "16UC4": PixelFormat(4, "uint16", "bgra"),
+}
+
+# Depth images (REP-118): one channel, millimetres in uint16 or metres in float32 (the units
+# are the scale's: lingbot_ros/scale/depth.py). Names exact, as above.
+DEPTH_ENCODINGS: dict[str, PixelFormat] = {
+    "16UC1": PixelFormat(1, "uint16", "mono"), "mono16": PixelFormat(1, "uint16", "mono"),
+    "32FC1": PixelFormat(1, "float32", "mono"),
 }
 
 
@@ -127,6 +137,12 @@ def check_image(msg, *, max_pixels: Optional[int] = None,
     if fmt is None:
         raise ImageRejected("unknown_encoding",
                             f"encoding {encoding[:40]!r} is not one of {', '.join(ENCODINGS)}")
+    return _checked(msg, fmt, encoding, max_pixels, aligned_step)
+
+
+def _checked(msg, fmt: PixelFormat, encoding: str, max_pixels: Optional[int],
+             aligned_step: bool) -> PixelFormat:
+    """``msg``'s geometry against its data for the format ``fmt`` (check_image's rules)."""
     height, width, step = int(msg.height), int(msg.width), int(msg.step)
     if height == 0 or width == 0:
         raise ImageRejected("zero_size", f"{width}x{height} image")
@@ -167,6 +183,25 @@ def decode_image(msg, *, max_pixels: Optional[int] = None,
                  aligned_step: bool = False) -> np.ndarray:
     """:func:`check_image` then :func:`image_pixels`."""
     return image_pixels(msg, check_image(msg, max_pixels=max_pixels, aligned_step=aligned_step))
+
+
+def decode_depth(msg, *, max_pixels: Optional[int] = None,
+                 aligned_step: bool = False) -> tuple[np.ndarray, str]:
+    """A depth Image -> (its (H, W) array, contiguous, native byte order, a copy; its
+    encoding): one of :data:`DEPTH_ENCODINGS`, the name exact as for colour images. The
+    values are not checked (the depth source masks and counts bad readings).
+
+    Raises:
+        ImageRejected: unknown_encoding for another encoding, else :func:`check_image`'s
+            reasons (zero_size, too_large, bad_step, truncated).
+    """
+    encoding = str(msg.encoding)
+    fmt = DEPTH_ENCODINGS.get(encoding)
+    if fmt is None:
+        raise ImageRejected("unknown_encoding", f"depth encoding {encoding[:40]!r} is not one "
+                                                f"of {', '.join(DEPTH_ENCODINGS)}")
+    _checked(msg, fmt, encoding, max_pixels, aligned_step)
+    return np.ascontiguousarray(image_pixels(msg, fmt)), encoding
 
 
 def _byte_buffer(data):

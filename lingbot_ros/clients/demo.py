@@ -198,7 +198,9 @@ def _scale_summary(args, last: "_ScaleSeen") -> None:
     if last.rejections:
         print("scale rejected frames    " + ", ".join(f"{reason} {n}" for reason, n in
                                                       sorted(last.rejections.items())))
-    if scale.source == "depth" and not args.checkpoint:
+    from ..scale import SOURCES
+    sensor_depth = scale.source in SOURCES and SOURCES[scale.source].needs_sensor_depth
+    if sensor_depth and not args.checkpoint:
         print("random weights: " + (
             "the sensor/predicted depth ratio is consistent from frame to frame, so the scale "
             "locks, but the predicted depth is not the room's: the value is not meaningful."

@@ -30,7 +30,7 @@ from ..geometry import FileRoot
 from ..session import StreamingSession
 from .intake.image_input import ImageInput
 from .intake.scale_inputs import scale_inputs
-from .intake.scale_msgs import StreamScale
+from ..scale import ScaleStream
 from .intake.stream_control import StreamControl
 from .intake.worker import FrameWorker
 from .lifecycle.background_job import BackgroundJob
@@ -83,7 +83,7 @@ class LingbotNode(LifecycleNode):
         self.outputs: Optional[Outputs] = None
         # the stream's metric scale (scale.*): from configure to cleanup, like the session;
         # fed by the worker, reset with the stream (docs/node.md "Scale")
-        self.scale: Optional[StreamScale] = None
+        self.scale: Optional[ScaleStream] = None
         self.scale_topic: Optional[ScalePublisher] = None  # ~/scale; while active
         self._service_handles: Optional[Services] = None
         self.status: Optional[Status] = None
@@ -154,7 +154,7 @@ class LingbotNode(LifecycleNode):
             self.get_logger().warning(
                 f"NO CHECKPOINT: model.preset '{settings.preset}' with RANDOM weights; poses "
                 "are NOT meaningful. Set the 'checkpoint' parameter for real estimates.")
-        scale = StreamScale(settings.scale, log=self.get_logger())
+        scale = ScaleStream(settings.scale, log=self.get_logger())
         # the snapshot's scale estimate continues (or is refused: the configure fails)
         if resumed is not None and not self.snapshots.continue_scale(
                 resumed, scale, settings.resume_from):
@@ -212,8 +212,7 @@ class LingbotNode(LifecycleNode):
         self.robot_frames = RobotFrames(cfg, tree)
         self.outputs = Outputs(self, cfg, tree, self.settings.scale)
         scale = self.scale
-        self.scale_topic = ScalePublisher(self, cfg.map_frame, lambda: scale.estimate,
-                                          stamp_ns=scale.stamp_ns)
+        self.scale_topic = ScalePublisher(self, cfg.map_frame, lambda: scale.estimate)
         self.snapshots.load_pending(self.outputs)  # a restored snapshot's map and path
         self.facts.publish(NodeFacts(self.robot_frames.facts(), self.outputs.facts()))
         self.status = Status(self, cfg, self._status_reads())

@@ -4,7 +4,7 @@ For ``lingbot-ros-bench`` (JSON-ready dicts: microseconds per frame, p50/p99/mea
 warm-up frame first, synthetic inputs cycled over a few variants):
 
 * :func:`bench_depth_source` -- what the node's worker does per frame with
-  ``scale.source: depth`` (``StreamScale.on_frame``): the depth source's ``sample`` (the depth
+  ``scale.source: depth`` (``ScaleStream.on_frame``): the depth source's ``sample`` (the depth
   image matched by stamp in a buffer of 16, cut to the model's pixels, masked, the median
   ratio) and the estimator's ``add`` (the window's median and spread, a new snapshot), each
   timed too. 640x480 16UC1 depth images with 10 % holes arriving at 30 Hz, the model's depth

@@ -9,9 +9,10 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+from .sources import SCALE_SOURCES, SourceKind, source_kind
+
 __all__ = ["ScaleConfig", "SCALE_SOURCES", "BEFORE_LOCK_POLICIES"]
 
-SCALE_SOURCES = ("none", "fixed", "depth", "odometry", "camera_height")
 BEFORE_LOCK_POLICIES = ("withhold", "publish_model_units")
 
 
@@ -37,7 +38,7 @@ class ScaleConfig:
     poses and depth. ``metres_per_unit`` = metres per model unit.
     """
 
-    source: str = "none"  # none | fixed | depth | odometry | camera_height
+    source: str = "none"  # a registered source (scale/sources.py): none, fixed, depth, ...
     factor: float = 1.0  # fixed: metres per model unit
     # depth: metres per sensor unit; None = from the encoding (16UC1/mono16: mm, 32FC1: m)
     depth_unit_m: Optional[float] = None
@@ -69,8 +70,7 @@ class ScaleConfig:
     before_lock: str = "withhold"  # withhold | publish_model_units
 
     def __post_init__(self) -> None:
-        if self.source not in SCALE_SOURCES:
-            raise ValueError(f"scale.source must be one of {SCALE_SOURCES}, got {self.source!r}")
+        _ = self.kind  # the registry (scale/sources.py) refuses an unknown source
         if self.before_lock not in BEFORE_LOCK_POLICIES:
             raise ValueError(f"scale.before_lock must be one of {BEFORE_LOCK_POLICIES}, got "
                              f"{self.before_lock!r}")
@@ -112,11 +112,17 @@ class ScaleConfig:
             raise ValueError(f"scale.planar must be a bool, got {self.planar!r}")
 
     @property
+    def kind(self) -> SourceKind:
+        """The registered source (:class:`~lingbot_ros.scale.sources.SourceKind`): what it
+        needs and is. ValueError for a source that is not registered."""
+        return source_kind(self.source)
+
+    @property
     def reads_predicted_depth(self) -> bool:
         """The source samples every frame's predicted depth (the session must return it)."""
-        return self.source in ("depth", "camera_height")
+        return self.kind.needs_depth
 
     @property
     def metric(self) -> bool:
         """True when a source is set: outputs are meant to be in metres (once LOCKED)."""
-        return self.source != "none"
+        return self.kind.metric

@@ -20,15 +20,18 @@ from typing import Optional, Protocol, Union
 
 import numpy as np
 
+from ..image_decode import DEPTH_ENCODINGS as _DEPTH_FORMATS
 from .config import ScaleConfig
 from .samples import Rejection, SampleResult, ScaleSample
 
 __all__ = ["DEPTH_ENCODINGS", "CropLike", "DepthImage", "DepthBuffer", "DepthSource",
            "crop_indices", "crop_depth", "sensor_depth_m", "depth_sample"]
 
-# encoding (lower case) -> (numpy dtype, metres per unit by default)
-DEPTH_ENCODINGS = {"16uc1": (np.dtype(np.uint16), 1e-3), "mono16": (np.dtype(np.uint16), 1e-3),
-                   "32fc1": (np.dtype(np.float32), 1.0)}
+# encoding (the name exact, as image_decode's one table names it) -> (numpy dtype, metres per
+# unit by default)
+_UNIT_M = {"16UC1": 1e-3, "mono16": 1e-3, "32FC1": 1.0}
+DEPTH_ENCODINGS = {name: (np.dtype(fmt.dtype), _UNIT_M[name])
+                   for name, fmt in _DEPTH_FORMATS.items()}
 
 
 _INVALID_RATIO = np.float32(3e38)  # > any valid ratio: sorts after the valid pixels
@@ -84,7 +87,7 @@ def sensor_depth_m(image: np.ndarray, encoding: str, depth_unit_m: Optional[floa
 
 
 def _unit(encoding: str, depth_unit_m: Optional[float]) -> float:
-    return DEPTH_ENCODINGS[encoding.strip().lower()][1] if depth_unit_m is None \
+    return DEPTH_ENCODINGS[encoding][1] if depth_unit_m is None \
         else float(depth_unit_m)
 
 
@@ -114,7 +117,7 @@ def _gather(depth: np.ndarray, crop: CropLike, stride: int) -> np.ndarray:
 
 
 def _check_encoding(image, encoding) -> tuple[np.dtype, float]:
-    key = encoding.strip().lower() if isinstance(encoding, str) else None
+    key = encoding if isinstance(encoding, str) else None
     if key not in DEPTH_ENCODINGS:
         raise ValueError(f"depth encoding {encoding!r} is not one of 16UC1, mono16, 32FC1")
     dtype, unit = DEPTH_ENCODINGS[key]

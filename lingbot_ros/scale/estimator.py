@@ -36,7 +36,9 @@ import numpy as np
 
 from .config import ScaleConfig
 from .drift import ScaleDrift, measure_drift
-from .samples import (MAD_TO_SIGMA, MEDIAN_EFFICIENCY, NO_INPUT_REASON, Rejection,
+from .json_floats import float_from_json, float_to_json
+from .sources import source_kind
+from .samples import (MAD_TO_SIGMA, MEDIAN_EFFICIENCY, Rejection,
                       SampleResult, ScaleSample)
 
 __all__ = ["ScaleState", "ScaleEstimate", "ScaleEstimator", "float_to_json",
@@ -47,9 +49,6 @@ STATE_VERSION = 1  # of ScaleEstimator.state_dict()
 # source-specific ones count only for their source (their value *is* the scale there).
 _ESTIMATE_SETTINGS = ("source", "min_samples", "lock_spread", "max_samples",
                       "max_change_per_s")
-_SOURCE_SETTINGS = {"fixed": ("factor",), "camera_height": ("camera_height_m",),
-                    "depth": ("depth_unit_m",)}
-_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
 class ScaleState(str, Enum):
@@ -72,7 +71,8 @@ class ScaleEstimate:
     min_samples: int  # samples LOCKED needs (for "estimating scale 4/10 (depth)")
     reason: str = ""  # the last rejection reason ("" once a sample followed it)
     rejections: tuple[tuple[str, int], ...] = ()  # (reason, count), sorted by reason
-    stamp_s: float = math.nan  # stamp of the last sample or rejection
+    stamp_s: float = math.nan  # stamp of the last sample or rejection (s)
+    stamp_ns: Optional[int] = None  # the same stamp in integer ns (None: not given)
     drift: Optional[ScaleDrift] = None  # LOCKED on samples: the recent ones vs the applied
 
     @property
@@ -103,7 +103,7 @@ class ScaleEstimate:
     @property
     def status_text(self) -> str:
         """A one-line human summary, e.g. "estimating scale 4/10 (depth)"."""
-        if self.source == "none":
+        if not source_kind(self.source).metric:
             return "no scale source: distances are in model units"
         if self.locked:
             return (f"scale locked: {self.metres_per_unit:.6g} m per model unit "
@@ -120,6 +120,7 @@ class ScaleEstimator:
         if not isinstance(config, ScaleConfig):
             raise ValueError(f"config must be a ScaleConfig, got {type(config).__name__}")
         self._config = config
+        self._kind = source_kind(config.source)
         self._logs: deque[float] = deque(maxlen=config.max_samples)
         self._stats: Optional[tuple[float, float]] = None  # _median_spread of _logs, cached
         self._rejections: Counter[str] = Counter()
@@ -144,20 +145,21 @@ class ScaleEstimator:
         self._snapshot = self._make_snapshot()
         return self._snapshot
 
-    def add(self, result: SampleResult) -> ScaleEstimate:
-        """Take one frame's sample or rejection; returns the new snapshot. A sample of
-        another source than the configured one is a programming error (ValueError)."""
+    def add(self, result: SampleResult, stamp_ns: Optional[int] = None) -> ScaleEstimate:
+        """Take one frame's sample or rejection; returns the new snapshot. ``stamp_ns``: the
+        result's stamp in integer ns (the estimate carries it: ``~/scale``'s stamp). A sample
+        of another source than the configured one is a programming error (ValueError)."""
         if isinstance(result, Rejection):
             self._rejections[result.reason] += 1
             self._reason = result.reason
-            self._note_stamp(result.stamp_s)
+            self._note_stamp(result.stamp_s, stamp_ns)
             self._last_rejection_s = _finite_or(result.stamp_s, self._last_rejection_s)
         elif isinstance(result, ScaleSample):
             if result.source != self._config.source:
                 raise ValueError(f"a {result.source!r} sample fed to a "
                                  f"{self._config.source!r} estimator")
-            self._note_stamp(result.stamp_s)
-            if self._config.source in ("depth", "odometry", "camera_height"):
+            self._note_stamp(result.stamp_s, stamp_ns)
+            if self._kind.samples:
                 self._take(result)
         else:
             raise ValueError(f"expected a ScaleSample or a Rejection, got "
@@ -168,8 +170,8 @@ class ScaleEstimator:
     def stale_reason(self, now_s: float) -> Optional[str]:
         """Why the source has yielded no sample for ``stale_timeout_s`` before ``now_s`` (in
         the clock of the sample stamps), or None. ``none``/``fixed`` are never stale."""
-        cfg = self._config
-        if cfg.source not in NO_INPUT_REASON:
+        cfg, reason = self._config, self._kind.no_input_reason
+        if reason is None:
             return None
         if math.isfinite(now_s) and not math.isfinite(self._since_s):
             self._since_s = now_s  # the clock starts at the first look
@@ -178,7 +180,7 @@ class ScaleEstimator:
             return None
         if self._reason and self._last_rejection_s >= ref:
             return self._reason
-        return NO_INPUT_REASON[cfg.source]
+        return reason
 
     # --- snapshots ----------------------------------------------------------------------------
 
@@ -198,7 +200,7 @@ class ScaleEstimator:
                 "last_sample_s": float_to_json(self._last_sample_s),
                 "last_rejection_s": float_to_json(self._last_rejection_s),
                 "since_s": float_to_json(self._since_s),
-                "stamp_s": float_to_json(self._stamp_s),
+                "stamp_s": float_to_json(self._stamp_s), "stamp_ns": self._stamp_ns,
                 "drift_since_s": float_to_json(self._drift_since_s),
                 "drift_stamp_s": float_to_json(self._drift_stamp_s),
                 "drift_before_s": float_to_json(self._drift_before_s),
@@ -220,7 +222,7 @@ class ScaleEstimator:
         self._stats = None
         self._rejections = Counter(parsed["rejections"])
         for key in ("count", "state", "segment", "applied_log", "applied_s", "reason",
-                    "last_sample_s", "last_rejection_s", "since_s", "stamp_s",
+                    "last_sample_s", "last_rejection_s", "since_s", "stamp_s", "stamp_ns",
                     "drift_since_s", "drift_stamp_s", "drift_before_s"):
             setattr(self, f"_{key}", parsed[key])
         self._drift = None
@@ -259,6 +261,11 @@ class ScaleEstimator:
             for key in ("applied_log", "applied_s", "last_sample_s", "last_rejection_s",
                         "since_s", "stamp_s"):
                 out[key] = float_from_json(state[key])
+            stamp_ns = state.get("stamp_ns")  # an older snapshot has none
+            if stamp_ns is not None and (isinstance(stamp_ns, bool)
+                                         or not isinstance(stamp_ns, int)):
+                raise ValueError(f"stamp_ns {stamp_ns!r} is not an integer")
+            out["stamp_ns"] = stamp_ns
             # an older snapshot has none: no drift was under way
             out["drift_since_s"] = float_from_json(state.get("drift_since_s", "nan"))
             out["drift_stamp_s"] = float_from_json(state.get("drift_stamp_s", "nan"))
@@ -274,10 +281,11 @@ class ScaleEstimator:
             raise ValueError("scale state: counts are inconsistent")
         if out["state"] is ScaleState.LOCKED and not math.isfinite(out["applied_log"]):
             raise ValueError("scale state: LOCKED without a finite value")
-        if out["state"] is not ScaleState.UNKNOWN and cfg.source != "fixed" and not logs:
+        kind = self._kind
+        if out["state"] is not ScaleState.UNKNOWN and not kind.fixed and not logs:
             raise ValueError(f"scale state: {out['state'].value} without samples")
-        if cfg.source in ("none", "fixed"):
-            want = ScaleState.UNKNOWN if cfg.source == "none" else ScaleState.LOCKED
+        if not kind.samples:
+            want = ScaleState.LOCKED if kind.fixed else ScaleState.UNKNOWN
             if out["state"] is not want or logs:
                 raise ValueError(f"scale state: {out['state'].value} with "
                                  f"{len(logs)} samples for source {cfg.source!r}")
@@ -297,19 +305,21 @@ class ScaleEstimator:
         self._last_rejection_s = -math.inf
         self._since_s = math.nan
         self._stamp_s = math.nan
+        self._stamp_ns: Optional[int] = None
         self._drift_since_s = math.nan  # start of the recent samples' disagreement (drift.py)
         self._drift_before_s = math.nan  # ... as it was before the last measure
         self._drift_stamp_s = math.nan  # the stamp of the last measure
         self._drift: Optional[ScaleDrift] = None
-        if self._config.source == "fixed":
+        if self._kind.fixed:
             self._state = ScaleState.LOCKED
             self._applied_log = math.log(self._config.factor)
 
-    def _note_stamp(self, stamp_s: float) -> None:
+    def _note_stamp(self, stamp_s: float, stamp_ns: Optional[int]) -> None:
         if math.isfinite(stamp_s):
             if not math.isfinite(self._since_s):
                 self._since_s = stamp_s
             self._stamp_s = stamp_s
+            self._stamp_ns = None if stamp_ns is None else int(stamp_ns)
 
     def _take(self, sample: ScaleSample) -> None:
         cfg = self._config
@@ -363,7 +373,7 @@ class ScaleEstimator:
         cfg = self._config
         if self._state is ScaleState.UNKNOWN:
             value, sigma = math.nan, math.inf
-        elif cfg.source == "fixed":
+        elif self._kind.fixed:
             value, sigma = cfg.factor, 0.0
         else:
             target, spread = self._median_spread()
@@ -375,7 +385,8 @@ class ScaleEstimator:
                              sigma_log=sigma, samples=self._count, segment=self._segment,
                              min_samples=cfg.min_samples, reason=self._reason,
                              rejections=tuple(sorted(self._rejections.items())),
-                             stamp_s=self._stamp_s, drift=self._drift)
+                             stamp_s=self._stamp_s, stamp_ns=self._stamp_ns,
+                             drift=self._drift)
 
 
 def _finite_or(value: float, default: float) -> float:
@@ -383,26 +394,5 @@ def _finite_or(value: float, default: float) -> float:
 
 
 def _settings_of(config: ScaleConfig) -> dict:
-    keys = _ESTIMATE_SETTINGS + _SOURCE_SETTINGS.get(config.source, ())
+    keys = _ESTIMATE_SETTINGS + source_kind(config.source).settings
     return {k: getattr(config, k) for k in keys}
-
-
-def float_to_json(value: float):
-    """A float as JSON: itself when finite (exact through JSON), else "nan"/"inf"/"-inf" (the
-    scale package's snapshots: the estimator's, the odometry source's window)."""
-    value = float(value)
-    if math.isfinite(value):
-        return value
-    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-
-
-def float_from_json(value) -> float:
-    """``float_to_json``'s output back to a float; ValueError for anything else (a bool, a
-    string other than "nan"/"inf"/"-inf", a non-number)."""
-    if isinstance(value, str):
-        if value not in _NON_FINITE:
-            raise ValueError(f"{value!r} is not a number")
-        return _NON_FINITE[value]
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{value!r} is not a number")
-    return float(value)

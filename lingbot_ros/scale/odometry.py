@@ -33,7 +33,7 @@ from typing import Optional, Union
 import numpy as np
 
 from .config import ScaleConfig
-from .estimator import float_from_json, float_to_json
+from .json_floats import float_from_json, float_to_json
 from .samples import Rejection, SampleResult, ScaleSample
 from ..geometry import rotation_angle
 from .se3 import interpolate_pose, is_rigid, rigid_inverse
@@ -294,7 +294,7 @@ class OdometrySource:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"odometry window is malformed ({type(exc).__name__}: {exc})") \
                 from None
-        if not np.allclose(bo, self._bo, atol=1e-9):  # as StreamScale tells mounts apart
+        if not np.allclose(bo, self._bo, atol=1e-9):  # as ScaleStream tells mounts apart
             raise ValueError("the odometry window was made with another T_base_optical (the "
                              "camera's mount on the base changed)")
         stamps = [f[0] for f in frames]

@@ -9,32 +9,37 @@ import math
 from dataclasses import dataclass
 from typing import Union
 
-__all__ = ["ScaleSample", "Rejection", "SampleResult", "REASONS", "NO_INPUT_REASON",
+__all__ = ["ScaleSample", "Rejection", "SampleResult", "Reason", "REASONS",
            "MAD_TO_SIGMA", "MEDIAN_EFFICIENCY"]
 
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution -> its standard deviation
 MEDIAN_EFFICIENCY = 1.2533  # standard error of a median = 1.2533 sigma / sqrt(n)
 
-# Every reason a source gives for "no sample from this frame".
-REASONS = (
-    "wrong_encoding",  # depth: not 16UC1/mono16/32FC1 (or its dtype does not match)
-    "wrong_size",  # depth/points: not the colour image's size, or not the model output's
-    "all_invalid",  # depth: no valid sensor reading at all (0, NaN, inf, out of range)
-    "non_finite",  # a model output or a pose contains NaN or inf
-    "too_few_pixels",  # depth: fewer than min_pixels valid, confident pixels
-    "out_of_sync",  # depth/odometry: nothing within the allowed stamp difference
-    "no_depth",  # depth: no depth image received yet (no depth topic)
-    "no_odometry",  # odometry: no odometry received yet
-    "stationary",  # odometry: the base stood still in the window
-    "pure_rotation",  # odometry: the base only turned (on the spot) in the window
-    "short_baseline",  # odometry: the base moved, but less than min_baseline_m so far
-    "degenerate",  # odometry: the model's base displacements are ~0 (nothing to compare)
-    "no_floor",  # camera_height: no credible ground plane below the camera
-    "no_height",  # camera_height: no camera height (neither configured nor from TF)
-    "no_ground_frame",  # camera_height: the ground frame (frames.ground) -> camera not in TF
-)
-# What a source reports while it yields nothing because nothing ever came in.
-NO_INPUT_REASON = {"depth": "no_depth", "odometry": "no_odometry", "camera_height": "no_floor"}
+
+class Reason:
+    """The one rejection vocabulary: every reason a source (or a front end adapting its
+    input) gives for "no sample from this frame". Plain strings: counters and diagnostics
+    keys are ``scale_rejected_<reason>``."""
+
+    WRONG_ENCODING = "wrong_encoding"  # depth: not 16UC1/mono16/32FC1 (or a bad dtype)
+    WRONG_SIZE = "wrong_size"  # depth/points: not the colour image's / model output's size
+    ALL_INVALID = "all_invalid"  # depth: no valid sensor reading (0, NaN, inf, out of range)
+    NON_FINITE = "non_finite"  # a model output or a pose contains NaN or inf
+    TOO_FEW_PIXELS = "too_few_pixels"  # depth: fewer than min_pixels valid, confident pixels
+    OUT_OF_SYNC = "out_of_sync"  # depth/odometry: nothing within the allowed stamp difference
+    NO_DEPTH = "no_depth"  # depth: no depth image (none received, or none for this frame);
+    #                        depth/camera_height: the frame carries no predicted depth
+    NO_ODOMETRY = "no_odometry"  # odometry: no odometry received yet
+    STATIONARY = "stationary"  # odometry: the base stood still in the window
+    PURE_ROTATION = "pure_rotation"  # odometry: the base only turned (on the spot)
+    SHORT_BASELINE = "short_baseline"  # odometry: moved, but less than min_baseline_m so far
+    DEGENERATE = "degenerate"  # odometry: the model's base displacements are ~0
+    NO_FLOOR = "no_floor"  # camera_height: no credible ground plane below the camera
+    NO_HEIGHT = "no_height"  # camera_height: no camera height (neither configured nor TF)
+    NO_GROUND_FRAME = "no_ground_frame"  # camera_height: frames.ground -> camera not in TF
+
+
+REASONS = tuple(v for k, v in vars(Reason).items() if k.isupper())
 
 
 @dataclass(frozen=True, slots=True)

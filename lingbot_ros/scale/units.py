@@ -19,9 +19,12 @@ import numpy as np
 
 from .estimator import ScaleEstimate
 from .se3 import rigid_inverse
+from .sources import source_kind
 
 __all__ = ["c2w_to_metres", "depth_to_metres", "points_to_metres", "base_in_map_metres",
-           "check_factor", "units_header"]
+           "check_factor", "units_header", "MODEL_UNITS"]
+
+MODEL_UNITS = "model units"  # what a file not in metres says it is in
 
 
 def check_factor(metres_per_unit: float) -> float:
@@ -69,15 +72,26 @@ def base_in_map_metres(c2w, T_base_optical, metres_per_unit: float) -> np.ndarra
     return bo @ c2w_to_metres(c2w, metres_per_unit) @ rigid_inverse(bo)
 
 
-def units_header(estimate: Optional[ScaleEstimate]) -> list[str]:
-    """The header lines of a saved file (TUM, PLY): its units, the scale source and value."""
-    if estimate is None or estimate.output_factor is None:
-        source = "none" if estimate is None else estimate.source
-        why = ("no scale source" if source == "none" else
-               f"scale {source} not locked ({estimate.state.value}, "
-               f"{estimate.samples}/{estimate.min_samples} samples)")
-        return ["units: model units (monocular: not metres)", f"scale: {why}"]
-    return ["units: m",
-            f"scale: {estimate.source}, {estimate.metres_per_unit:.9g} m per model unit, "
-            f"sigma_log {estimate.sigma_log:.3g}, {estimate.samples} samples, "
-            f"segment {estimate.segment}"]
+def units_header(estimate: Optional[ScaleEstimate], *, final: bool = False,
+                 setting: str = "scale.source") -> list[str]:
+    """The header lines every saved file (TUM, PLY) states, the node's and the offline
+    runner's alike: its units, the scale source and the value. ``final``: written with the
+    stream's last estimate (the offline runner: a scale not locked then "never locked");
+    ``setting``: how the source is set (the node's ``scale.source``, the offline runner's
+    ``--scale``). ``estimate`` None: the file holds nothing the scale applied to (the node's
+    map after a reset)."""
+    if estimate is None:
+        return [f"units: {MODEL_UNITS} (no scale estimate: nothing was scaled)", "scale: none"]
+    if not source_kind(estimate.source).metric:
+        return [f"units: {MODEL_UNITS} (no metric scale: {setting} none)", "scale: none"]
+    source, factor = estimate.source, estimate.output_factor
+    if factor is not None:
+        return ["units: m",
+                f"scale: {source}, {factor!r} m per model unit ({estimate.state.value}, "
+                f"sigma_log {estimate.sigma_log:.3g}, {estimate.samples} samples)"]
+    value = "nan" if math.isnan(estimate.metres_per_unit) else f"{estimate.metres_per_unit!r}"
+    never = "never locked" if final else "has not locked yet"
+    return [f"units: {MODEL_UNITS} (the {source} scale {never}: "
+            f"{estimate.samples}/{estimate.min_samples} samples)",
+            f"scale: {source}, not locked ({estimate.state.value}, last value "
+            f"{value} m per model unit, not applied)"]

@@ -94,7 +94,9 @@ def test_depth_unit_override_and_big_endian():
     cfg = ScaleConfig(source="depth", depth_unit_m=1e-4, depth_max_m=6.5)
     s = depth_sample(0.0, tenth_mm, "16UC1", pred, None, crop, cfg)
     assert s.metres_per_unit == pytest.approx(2.0, rel=0.01)
-    np.testing.assert_allclose(sensor_depth_m(tenth_mm, "16uc1", 1e-4), truth, atol=1e-4)
+    np.testing.assert_allclose(sensor_depth_m(tenth_mm, "16UC1", 1e-4), truth, atol=1e-4)
+    with pytest.raises(ValueError, match="not one of"):  # names exact, as image_decode's
+        sensor_depth_m(tenth_mm, "16uc1", 1e-4)
     mm_as_float = (truth * 1000).astype(np.float32)
     cfg = ScaleConfig(source="depth", depth_unit_m=1e-3)
     assert depth_sample(0.0, mm_as_float, "32FC1", pred, None, crop, cfg).metres_per_unit \

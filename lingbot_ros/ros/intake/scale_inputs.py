@@ -1,10 +1,12 @@
 """The scale source's inputs in the node (docs/node.md, Scale), wired at activate.
 
 The ``aligned_depth`` and ``odom_in`` subscriptions (relative names: remap them), the TF
-lookups the stream's ``StreamScale`` makes (the camera's height over ``frames.ground``;
+lookups the stream's ``ScaleStream`` makes (the camera's height over ``frames.ground``;
 another node's odom -> base with ``scale.odometry_input: tf``), and what the node says about
 the source at activate (the warning of a robot whose outputs stay in model units). The
-callbacks push into the node's current ``StreamScale`` (none after a cleanup: dropped).
+callbacks push into the node's current ``ScaleStream`` (none after a cleanup: dropped), each
+message adapted by ros/intake/scale_msgs.py. What a source needs is asked of the registry
+(``ScaleConfig.kind``), never by its name.
 """
 from __future__ import annotations
 
@@ -12,9 +14,10 @@ from nav_msgs.msg import Odometry
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image
 
+from ...image_decode import ImageRejected
 from ..params.node_config import scale_reads_tf
 from .image_input import ImageInput
-from .scale_msgs import SOURCES_FOR_A_ROBOT, odometry_msg_pose
+from .scale_msgs import SOURCES_FOR_A_ROBOT, depth_msg_input, odometry_msg_pose, tf_lookup
 
 
 def scale_inputs(node) -> list:
@@ -22,14 +25,14 @@ def scale_inputs(node) -> list:
     (returned: subscriptions, or an ``ImageInput`` for the aligned depth; the node destroys
     them at deactivate); logs the source's units."""
     settings = node.settings
-    cfg, source = settings.node, settings.scale.source
+    cfg, source, kind = settings.node, settings.scale.source, settings.scale.kind
     scale, frames = node.scale, node.robot_frames
     log = node.get_logger()
     from_tf = scale_reads_tf(cfg, settings.scale)
     scale.attach_tf(
-        ground=frames.ground_to_optical if from_tf and source == "camera_height" else None,
-        odometry=frames.odom_to_base if from_tf and source == "odometry" else None)
-    if source == "none":
+        ground=tf_lookup(frames.ground_to_optical) if from_tf and kind.ground_from_tf else None,
+        odometry=tf_lookup(frames.odom_to_base) if from_tf and kind.needs_odometry else None)
+    if not kind.metric:
         if not cfg.camera_only:
             log.warning(
                 f"scale.source is none: every distance ({cfg.base_frame} in "
@@ -45,19 +48,19 @@ def scale_inputs(node) -> list:
     # reliable only when the image input is (a reliable reader misses best-effort cameras)
     qos = QoSProfile(depth=16, reliability=ReliabilityPolicy.RELIABLE
                      if cfg.image_qos == "reliable" else ReliabilityPolicy.BEST_EFFORT)
-    if source == "depth":  # as large as a colour image: the image input's QoS policy
+    if kind.needs_sensor_depth:  # as large as a colour image: the image input's QoS policy
         return [ImageInput(node, cfg, _depth_callback(node), label="aligned depth input",
                            topic=(node.resolve_topic_name("aligned_depth"), Image),
                            on_malformed=_malformed_depth(node) if cfg.image_raw_take
                            else None)]
-    if source == "odometry" and from_tf:
+    if kind.needs_odometry and from_tf:
         log.info(
             f"scale.source odometry: {cfg.odom_frame} -> {cfg.base_frame} of another node "
             "from TF, looked up at each image stamp")
-    elif source == "odometry":
+    elif kind.needs_odometry:
         return [node.create_subscription(Odometry, "odom_in", _odometry_callback(node),
                                          QoSProfile(depth=100, reliability=qos.reliability))]
-    elif source == "camera_height":
+    elif kind.ground_from_tf:
         height = settings.scale.camera_height_m
         log.info(
             "scale.source camera_height: the floor in the predicted depth, the camera "
@@ -67,15 +70,23 @@ def scale_inputs(node) -> list:
 
 
 def _depth_callback(node):
+    on_malformed = _malformed_depth(node)
+
     def on_depth(msg) -> None:
         scale = node.scale
-        if scale is not None:
-            scale.push_depth(msg)
+        if scale is None:
+            return
+        try:
+            depth = depth_msg_input(msg)
+        except ImageRejected as exc:  # counted as the bytes that are no Image are
+            on_malformed(exc)
+            return
+        scale.push_depth(*depth)
     return on_depth
 
 
 def _malformed_depth(node):
-    def on_malformed(exc) -> None:  # topics.image_raw_take: bytes that are no Image
+    def on_malformed(exc) -> None:  # bytes that are no Image, an Image that is no depth
         node.telemetry.count(f"depth_rejected_{exc.reason}")
         node.get_logger().warning(f"aligned depth image rejected ({exc.reason}): "
                                   f"{exc.detail}", throttle_duration_sec=2.0)

@@ -19,7 +19,7 @@ from typing import Callable, Optional, Protocol
 from ...session import read_manifest
 from ..lifecycle.snapshot_handlers import SnapshotJob, check_scale, restore_scale, take_state
 from ..status.telemetry import NodeTelemetry
-from .scale_msgs import StreamScale
+from ...scale import ScaleStream
 
 
 class AttachedWorker(Protocol):
@@ -36,7 +36,7 @@ class AttachedWorker(Protocol):
 
 class StreamControl:
     def __init__(self, session, telemetry: NodeTelemetry, log,
-                 scale: Optional[StreamScale] = None) -> None:
+                 scale: Optional[ScaleStream] = None) -> None:
         self.session = session
         self.scale = scale
         self._telemetry = telemetry

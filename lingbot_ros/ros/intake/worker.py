@@ -39,7 +39,7 @@ from ..tf.robot_frames import RobotFrames, extrinsic_summary
 from .convert import ImageLimits, ImageRejected, compressed_to_array, image_to_array
 from .frame_queue import FrameQueue
 from .pending_frames import PendingFrame, PendingFrames
-from .scale_msgs import StreamScale
+from ...scale import ScaleStream
 from .stream_control import StreamControl
 
 
@@ -83,7 +83,7 @@ class FrameWorker:
                  telemetry: NodeTelemetry, *, robot_frames: RobotFrames, log: Log,
                  queue_size: int, max_image_pixels: int, use_compressed: bool = False,
                  alive: Callable[[], bool] = lambda: True,
-                 scale: Optional[StreamScale] = None, scale_topic=None,
+                 scale: Optional[ScaleStream] = None, scale_topic=None,
                  facts: Optional[FactsBoard] = None,
                  control: Optional[StreamControl] = None) -> None:
         """``session``: a ``StreamingSession`` (its public API only); ``robot_frames``: the

@@ -11,7 +11,7 @@ ticks /diagnostics and answers other services meanwhile (at the released size th
 alone is hundreds of MB to GB: the executor never waits for it).
 
 The node's own state (the voxel map of ~/map_points, the ~/path history) and the stream's
-scale estimate (``StreamScale.state_dict``, key ``scale``) go into the same directory
+scale estimate (``ScaleStream.state_dict``, key ``scale``) go into the same directory
 (``front_end_state``).
 
 On restore the scale estimate continues (LOCKED stays LOCKED at the same metres per unit):
@@ -33,12 +33,13 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
+from ...scale import SNAPSHOT_KEY
 from ...session import SnapshotError, write_snapshot
 
 __all__ = ["SnapshotJob", "wait_done", "take_state", "start_save", "SnapshotError",
            "scale_state", "check_scale", "restore_scale", "NodeSnapshots"]
 
-SCALE_KEY = "scale"  # front_end_state[SCALE_KEY]: StreamScale.state_dict()
+SCALE_KEY = SNAPSHOT_KEY  # front_end_state[SCALE_KEY]: ScaleStream.state_dict() (one schema)
 
 
 class SnapshotJob:
@@ -142,7 +143,7 @@ async def wait_done(job: SnapshotJob, executor) -> tuple[bool, str, int, int]:
 def take_state(session, front_end_state: Optional[dict] = None,
                extra: Optional[dict] = None, scale=None) -> tuple:
     """(the stream's host copy, the ms it took): call it between frames (the caller holds
-    the worker). ``scale``: the stream's ``StreamScale`` (its estimate is saved with the
+    the worker). ``scale``: the stream's ``ScaleStream`` (its estimate is saved with the
     node's state). ``SnapshotError`` if the session is mid-frame."""
     t0 = time.perf_counter()
     if scale is not None:
@@ -166,7 +167,7 @@ def scale_state(manifest: Optional[dict]) -> Optional[dict]:
 
 def check_scale(manifest: Optional[dict], scale) -> None:
     """``SnapshotError`` unless the snapshot's scale estimate can continue in ``scale`` (a
-    ``StreamScale``): call it before the stream is restored, so a refusal changes nothing.
+    ``ScaleStream``): call it before the stream is restored, so a refusal changes nothing.
     A snapshot without an estimate passes (``restore_scale`` restarts it)."""
     state = scale_state(manifest)
     if scale is None or state is None:
@@ -184,7 +185,7 @@ def restore_scale(manifest: Optional[dict], scale):
     state = scale_state(manifest)
     if state is None:
         estimate = scale.reset()
-        if scale.config.source in ("none", "fixed"):
+        if not scale.kind.samples:  # none, fixed: nothing was estimated
             return estimate, None
         return estimate, (f"the snapshot holds no scale estimate (an older build saved it): "
                           f"the {scale.config.source} scale is estimated anew")

@@ -31,16 +31,13 @@ def _key(e: ScaleEstimate) -> tuple:
 
 
 class ScalePublisher:
-    def __init__(self, node, frame_id: str, read, rate_hz: float = 1.0,
-                 stamp_ns=lambda stamp_s: None) -> None:
-        """``read()``: the current ``ScaleEstimate`` snapshot (``StreamScale.estimate``);
-        ``stamp_ns(stamp_s)``: the frame's exact stamp in ns, or None (``StreamScale``)."""
+    def __init__(self, node, frame_id: str, read, rate_hz: float = 1.0) -> None:
+        """``read()``: the current ``ScaleEstimate`` snapshot (``ScaleStream.estimate``)."""
         from lingbot_ros_interfaces.msg import ScaleEstimate as ScaleEstimateMsg
         self._msg_type = ScaleEstimateMsg
         self._node = node
         self._frame_id = frame_id
         self._read = read
-        self._stamp_ns = stamp_ns
         self._lock = threading.Lock()  # worker (on change) vs executor (timer)
         self._last: Optional[tuple] = None
         self.pub = node.create_publisher(ScaleEstimateMsg, "~/scale", 10)
@@ -64,9 +61,9 @@ class ScalePublisher:
     def _send(self, estimate: ScaleEstimate) -> None:
         """Stamped with the last sample or rejection (the frame's stamp), else now."""
         self._last = _key(estimate)
-        if math.isfinite(estimate.stamp_s):
-            ns = self._stamp_ns(estimate.stamp_s)
-            ns = round(estimate.stamp_s * 1e9) if ns is None else ns
+        if estimate.stamp_ns is not None or math.isfinite(estimate.stamp_s):
+            ns = estimate.stamp_ns
+            ns = round(estimate.stamp_s * 1e9) if ns is None else ns  # an older snapshot's
             stamp = Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
         else:
             stamp = self._node.get_clock().now().to_msg()

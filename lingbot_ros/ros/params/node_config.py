@@ -89,7 +89,7 @@ def check_scale_inputs(config: NodeConfig, scale: ScaleConfig) -> None:
     """ValueError (starting with the field, so the parameter is named) for a scale input this
     node cannot read: odometry from TF needs a robot base and another node publishing
     odom -> base; reading back this node's own odom -> base would be circular."""
-    if scale.source != "odometry" or config.odometry_input != "tf":
+    if not scale.kind.needs_odometry or config.odometry_input != "tf":
         return
     if config.camera_only:
         raise ValueError("odometry_input 'tf' reads odom -> base from TF: it needs a robot base "
@@ -106,5 +106,6 @@ def check_scale_inputs(config: NodeConfig, scale: ScaleConfig) -> None:
 def scale_reads_tf(config: NodeConfig, scale: ScaleConfig) -> bool:
     """Whether the scale source reads TF: the camera's height over ``ground_frame``
     (camera_height without scale.camera_height_m), or odom -> base (odometry_input tf)."""
-    return ((scale.source == "camera_height" and scale.camera_height_m is None)
-            or (scale.source == "odometry" and config.odometry_input == "tf"))
+    kind = scale.kind
+    return ((kind.ground_from_tf and scale.camera_height_m is None)
+            or (kind.needs_odometry and config.odometry_input == "tf"))

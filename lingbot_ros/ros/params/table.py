@@ -24,7 +24,7 @@ from ...config import (ATTENTION_BACKENDS, FLASHINFER_VARIANTS, FUSED_KERNEL_MOD
 from ...scale.config import BEFORE_LOCK_POLICIES, SCALE_SOURCES
 
 IMAGE_QOS = ("auto", "sensor_data", "reliable")  # qos.image (ros/intake/image_input.py)
-ODOMETRY_INPUTS = ("topic", "tf")  # scale.odometry_input (ros/intake/scale_msgs.py)
+ODOMETRY_INPUTS = ("topic", "tf")  # scale.odometry_input (ros/intake/scale_inputs.py)
 
 
 def none_if_negative(value):
@@ -253,14 +253,22 @@ PARAMS: tuple[Param, ...] = (
       "depth: sensor readings above this are invalid", range=(1e-3, 1e6)),
     P("scale.depth_min_conf", float, 1.5, "scale.depth_min_conf",
       "depth: model pixels below this confidence (1 + exp(.)) are masked", range=(1.0, 1e6)),
+    P("scale.depth_stride", int, 3, "scale.depth_stride",
+      "depth, camera_height: the evaluation grid, every n-th model pixel along x and y",
+      range=(1, 64)),
     P("scale.min_pixels", int, 1000, "scale.min_pixels",
-      "depth: valid pixels (every 3rd model pixel along x and y) a sample needs",
+      "depth: valid pixels (of the scale.depth_stride grid) a sample needs",
       range=(1, 100_000_000)),
     P("scale.min_baseline_m", float, 0.3, "scale.min_baseline_m",
       "odometry: base path length (m) per sample", range=(1e-3, 1e3)),
     P("scale.odom_min_step_m", float, 0.1, "scale.odom_min_step_m",
       "odometry: frames paired this far apart (less: the base stood still); at most "
       "scale.min_baseline_m", range=(1e-4, 1e3)),
+    P("scale.odom_window", int, 150, "scale.odom_window",
+      "odometry: frames in the sliding window (a sample uses the newest that reach "
+      "scale.min_baseline_m)", range=(2, 100_000)),
+    P("scale.odom_max_dt_s", float, 0.1, "scale.odom_max_dt_s",
+      "odometry: max gap between odometry poses around an image stamp", range=(1e-4, 10.0)),
     P("scale.odometry_input", str, "topic", "node.odometry_input",
       "odometry: topic (nav_msgs/Odometry on odom_in) | tf (another node's frames.odom -> "
       "frames.base on /tf; needs tf.publish_odom_to_base false)", choices=ODOMETRY_INPUTS),
@@ -272,8 +280,16 @@ PARAMS: tuple[Param, ...] = (
     P("scale.max_ground_tilt_deg", float, 10.0, "scale.max_ground_tilt_deg",
       "camera_height: max angle of the floor's normal to the base's up axis",
       range=(0.1, 89.0)),
+    P("scale.ground_inlier_ratio", float, 0.02, "scale.ground_inlier_ratio",
+      "camera_height: the floor's inlier band, as a share of the camera height",
+      range=(1e-6, 0.99)),
+    P("scale.ground_min_inliers", int, 500, "scale.ground_min_inliers",
+      "camera_height: the points a credible floor needs", range=(3, 100_000_000)),
     P("scale.min_samples", int, 10, "scale.min_samples",
       "samples LOCKED needs", range=(1, 100)),
+    P("scale.max_samples", int, 100, "scale.max_samples",
+      "the sliding window of samples the median is taken over (>= scale.min_samples)",
+      range=(1, 100_000)),
     P("scale.lock_spread", float, 0.05, "scale.lock_spread",
       "max relative spread (1.4826 MAD of the log samples) to lock", range=(1e-6, 10.0)),
     P("scale.max_change_per_s", float, 0.01, "scale.max_change_per_s",

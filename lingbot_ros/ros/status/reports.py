@@ -6,7 +6,7 @@ does not silence /diagnostics, which then says that the clock stalled.
 ``Status`` holds no node facts of its own and never reaches into the node: it creates its
 publishers and timers on the rclpy node it is given, and reads what it reports through
 ``StatusReads``: frozen snapshots (``NodeTelemetry``'s, the worker's ``NodeFacts``, the
-scale's ``ScaleEstimate`` inside ``StreamScale.info``) or an owner's own locked read (the
+scale's ``ScaleEstimate`` inside ``ScaleStream.info``) or an owner's own locked read (the
 map's size, the collector's pauses).
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ class StatusReads:
     device: str = "cpu"  # session.device: the hardware id, GPU memory
     facts: Callable[[], NodeFacts] = NodeFacts  # the worker's latest (FactsBoard.read)
     paused: Callable[[], bool] = bool  # ~/pause
-    scale: Callable[[], object] = lambda: None  # the StreamScale (locked) or None
+    scale: Callable[[], object] = lambda: None  # the ScaleStream (locked) or None
     map_info: Callable[[], dict] = dict  # the map's size (MapPoints.info, locked)
     gc: Callable[[], dict] = dict  # GcPauses.describe
     camera_info: Callable[[], object] = lambda: None  # the last CameraInfo received

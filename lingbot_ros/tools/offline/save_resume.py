@@ -30,6 +30,7 @@ import logging
 from pathlib import Path
 from typing import Optional
 
+from ...scale import SNAPSHOT_KEY
 from ...session import (FINGERPRINT_FRAMES, SnapshotError, StreamingSession,
                        check_replaceable, frame_digest, read_manifest)
 
@@ -38,7 +39,7 @@ __all__ = ["add_snapshot_args", "OfflineSnapshots", "snapshot_frames_read",
 
 log = logging.getLogger("lingbot_ros.offline")
 
-SCALE_KEY = "scale"  # front_end_state[SCALE_KEY]: OfflineScale.state_dict()
+SCALE_KEY = SNAPSHOT_KEY  # front_end_state[SCALE_KEY]: ScaleStream.state_dict() (one schema)
 POINTS_KEY = "voxel_map"  # front_end_state[POINTS_KEY]: VoxelMap.state_dict() (--ply)
 
 
@@ -141,7 +142,7 @@ class OfflineSnapshots:
         if scale is not None:
             state = front_end.get(SCALE_KEY)
             if state is None:
-                if scale.config.source != "none":
+                if scale.config.metric:
                     raise ValueError(f"--resume {resume}: the snapshot holds no scale estimate "
                                      f"(made by an older build): --scale "
                                      f"{scale.config.source} cannot continue it")

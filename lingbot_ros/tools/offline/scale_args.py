@@ -31,8 +31,8 @@ from typing import Optional
 import numpy as np
 
 from ...geometry import T_BODY_OPTICAL
-from ...scale import (DepthSource, Rejection, ScaleConfig, ScaleEstimate, ScaleEstimator,
-                     c2w_to_metres, camera_height_depth_sample, points_to_metres)
+from ...scale import (MODEL_UNITS, SOURCES, Reason, ScaleConfig, ScaleEstimate, ScaleStream,
+                     c2w_to_metres, ns_div_s, points_to_metres, units_header)
 from ..sources.depth_stream import DepthStream
 
 __all__ = ["SCALE_SOURCES", "ScaleChoice", "OfflineScale", "parse_scale", "scale_arg",
@@ -40,9 +40,8 @@ __all__ = ["SCALE_SOURCES", "ScaleChoice", "OfflineScale", "parse_scale", "scale
 
 log = logging.getLogger("lingbot_ros.offline")
 
-SCALE_SOURCES = ("none", "fixed", "depth", "camera_height")
+SCALE_SOURCES = tuple(name for name, kind in SOURCES.items() if kind.offline)
 SCALE_SYNTAX = "none | fixed:K | depth | camera_height[:H]"
-MODEL_UNITS = "model units"
 # The camera_height source needs the base's up axis in the camera's frame: offline there is
 # no URDF, so the camera is taken as mounted level, looking forward (REP-103 body ->
 # optical), as on KITTI's car and most robots. The floor may still tilt by
@@ -80,17 +79,18 @@ def parse_scale(text: str) -> ScaleChoice:
     if source not in SCALE_SOURCES:
         raise ValueError(f"--scale {spec!r}: unknown source {source!r}; use {SCALE_SYNTAX} "
                          f"(odometry needs the ROS node)")
-    if source == "fixed":
-        if not sep:
-            raise ValueError(f"--scale fixed needs its factor: fixed:K, K metres per model "
-                             f"unit (e.g. fixed:0.25)")
-        return ScaleChoice("fixed", factor=_positive(value, "the factor K", spec))
-    if source == "camera_height":
-        height = _positive(value, "the height H (metres)", spec) if sep else None
-        return ScaleChoice("camera_height", camera_height_m=height)
-    if sep:
-        raise ValueError(f"--scale {source} takes no value, got {spec!r} (use {SCALE_SYNTAX})")
-    return ScaleChoice(source)
+    kind = SOURCES[source]  # what VALUE sets, if anything: the registry says
+    if kind.value_field is None:
+        if sep:
+            raise ValueError(f"--scale {source} takes no value, got {spec!r} "
+                             f"(use {SCALE_SYNTAX})")
+        return ScaleChoice(source)
+    if not sep:
+        if kind.value_required:
+            raise ValueError(f"--scale {source} needs its value, {kind.value_what} (use "
+                             f"{SCALE_SYNTAX}; fixed:K is K metres per model unit)")
+        return ScaleChoice(source)
+    return ScaleChoice(source, **{kind.value_field: _positive(value, kind.value_what, spec)})
 
 
 def scale_arg(text: str) -> str:
@@ -161,13 +161,14 @@ def scale_config(args, dataset) -> ScaleConfig:
     work on this dataset."""
     choice = parse_scale(getattr(args, "scale", "none") or "none")
     params = parse_scale_params(getattr(args, "scale_param", None))
-    if choice.source == "fixed":
+    kind = SOURCES[choice.source]
+    if kind.needs_sensor_depth and dataset.depth is None:
+        raise ValueError(f"--scale {choice.source}: {dataset.description} has no aligned "
+                         f"depth (TUM RGB-D needs depth.txt, 7-Scenes frame-N.depth.png, a "
+                         f"bag a depth Image topic: --depth-topic)")
+    if kind.value_field == "factor":
         params["factor"] = choice.factor
-    elif choice.source == "depth" and dataset.depth is None:
-        raise ValueError(f"--scale depth: {dataset.description} has no aligned depth (TUM "
-                         f"RGB-D needs depth.txt, 7-Scenes frame-N.depth.png, a bag a depth "
-                         f"Image topic: --depth-topic)")
-    elif choice.source == "camera_height":
+    elif kind.value_field == "camera_height_m":
         height = choice.camera_height_m
         if height is None:
             height = dataset.camera_height_m
@@ -182,31 +183,37 @@ def scale_config(args, dataset) -> ScaleConfig:
 
 
 class OfflineScale:
-    """The metric scale of one offline run (one stream): owns the estimator, feeds it each
-    result, converts the outputs at write time. ``depth``: the sequence's
+    """The metric scale of one offline run (one stream), adapted to the one owner,
+    :class:`~lingbot_ros.scale.ScaleStream` (estimator, source, segment, snapshot): feeds it
+    each result with the sequence's depth reading of its stamp, converts the outputs at
+    write time. ``depth``: the sequence's
     :class:`~lingbot_ros.tools.sources.depth_stream.DepthStream` (source ``depth``)."""
 
     def __init__(self, config: ScaleConfig, depth: Optional[DepthStream] = None,
                  min_conf: float = 1.5) -> None:
         self.config = config
-        self.estimator = ScaleEstimator(config)
-        self._depth = depth
-        self._depth_source = DepthSource(config) if config.source == "depth" else None
         # camera_height: the confident pixels are those of the point files (--min-conf; the
-        # head's confidence is 1 + exp(.) >= 1)
-        self._height_config = dataclasses.replace(config, depth_min_conf=max(1.0, float(
-            min_conf))) if config.source == "camera_height" else None
-        self.frames = 0
-        self.restarts = 0
+        # head's confidence is 1 + exp(.) >= 1); seconds as this runner always had them
+        self.stream = ScaleStream(config, log=log, point_min_conf=max(1.0, float(min_conf)),
+                                  seconds=ns_div_s)
+        self._depth = depth if config.kind.needs_sensor_depth else None
 
     @property
     def needs_depth(self) -> bool:
         """The results must carry the predicted depth (``SessionConfig.return_depth``)."""
-        return self.config.source in ("depth", "camera_height")
+        return self.config.reads_predicted_depth
 
     @property
     def estimate(self) -> ScaleEstimate:
-        return self.estimator.estimate
+        return self.stream.estimate
+
+    @property
+    def frames(self) -> int:
+        return self.stream.frames
+
+    @property
+    def restarts(self) -> int:
+        return self.stream.restarts
 
     @property
     def factor(self) -> Optional[float]:
@@ -220,59 +227,31 @@ class OfflineScale:
 
     def feed(self, result) -> ScaleEstimate:
         """One frame's result (a ``FrameResult``), in order. A result with index 0 after
-        others is a restarted stream: the estimate starts again (a rollover keeps it)."""
-        if result.index == 0 and self.frames:
-            self.restarts += 1
-            self.estimator.reset()
-            if self._depth_source is not None:
-                self._depth_source.reset()
-        self.frames += 1
-        source = self.config.source
-        stamp_s = result.stamp_ns / 1e9
-        if source == "depth":
-            sample = self._depth_sample(result, stamp_s)
-        elif source == "camera_height":
-            sample = self._height_sample(result, stamp_s)
-        else:
-            return self.estimate
-        return self.estimator.add(sample)
+        others is a restarted stream: the estimate starts again, the recording's depth
+        buffered for it too (a rollover keeps both)."""
+        stream = self.stream
+        if result.index == 0 and stream.frames:
+            stream.reset(keep_sensor=False)
+        if self._depth is not None:
+            reading = self._depth.nearest(result.stamp_ns)
+            if reading is None:
+                return stream.reject(result.stamp_ns, Reason.NO_DEPTH,
+                                     "no depth image for this frame")
+            stream.push_depth(reading.stamp_ns, reading.image, reading.encoding)
+        # a level camera (LEVEL_CAMERA): no URDF offline
+        return stream.on_frame(result, LEVEL_CAMERA)
 
     def state_dict(self) -> dict:
-        """The run's estimate for a stream snapshot (JSON values): the estimator's state and
-        the frame counts (the depth buffer holds readings of the recording: not saved)."""
-        return {"estimator": self.estimator.state_dict(), "frames": self.frames,
-                "restarts": self.restarts}
+        """The run's scale for a stream snapshot: ``ScaleStream.state_dict`` (the one schema
+        the node's snapshots have too; the depth buffer holds readings of the recording: not
+        saved)."""
+        return self.stream.state_dict()
 
     def load_state_dict(self, state) -> ScaleEstimate:
-        """Continue a snapshot's estimate; ValueError (nothing changed) when it was made
-        under another ``--scale`` or other estimate settings, or is malformed."""
-        if not isinstance(state, dict) or "estimator" not in state:
-            raise ValueError("the snapshot's scale state is malformed")
-        try:
-            frames, restarts = int(state["frames"]), int(state["restarts"])
-        except (KeyError, TypeError, ValueError):
-            raise ValueError("the snapshot's scale state is malformed (frame counts)") from None
-        estimate = self.estimator.load_state_dict(state["estimator"])
-        self.frames, self.restarts = frames, restarts
-        if self._depth_source is not None:
-            self._depth_source.reset()
-        return estimate
-
-    def _depth_sample(self, result, stamp_s: float):
-        reading = self._depth.nearest(result.stamp_ns) if self._depth is not None else None
-        if reading is None:
-            return Rejection(stamp_s, "no_depth", "no depth image for this frame")
-        if result.depth is None:
-            return Rejection(stamp_s, "no_depth", "the frame carries no predicted depth")
-        self._depth_source.push_depth(reading.stamp_ns / 1e9, reading.image, reading.encoding)
-        return self._depth_source.sample(stamp_s, result.depth, result.depth_conf, result.crop)
-
-    def _height_sample(self, result, stamp_s: float):
-        if result.depth is None:
-            return Rejection(stamp_s, "no_floor", "the frame carries no predicted depth")
-        # the frame's predicted points in its own camera frame (model units), as the node
-        return camera_height_depth_sample(stamp_s, result.depth, result.K_model, LEVEL_CAMERA,
-                                          None, self._height_config, result.depth_conf)
+        """Continue a snapshot's estimate (this schema, or an older offline or node one);
+        ValueError (nothing changed) when it was made under another ``--scale`` or other
+        estimate settings, or is malformed."""
+        return self.stream.load_state_dict(state)
 
     # --- at write time ----------------------------------------------------------------------
 
@@ -291,21 +270,9 @@ class OfflineScale:
         return value if k is None else value * k
 
     def header_lines(self) -> list[str]:
-        """What every file written states: units, the scale source and the value."""
-        est = self.estimate
-        if self.config.source == "none":
-            return [f"units: {MODEL_UNITS} (no metric scale: --scale none)",
-                    "scale: none"]
-        if self.factor is not None:
-            return ["units: m",
-                    f"scale: {self.config.source}, {self.factor!r} m per model unit "
-                    f"({est.state.value}, sigma_log {est.sigma_log:.3g}, "
-                    f"{est.samples} samples)"]
-        value = "nan" if math.isnan(est.metres_per_unit) else f"{est.metres_per_unit!r}"
-        return [f"units: {MODEL_UNITS} (the {self.config.source} scale never locked: "
-                f"{est.samples}/{est.min_samples} samples)",
-                f"scale: {self.config.source}, not locked ({est.state.value}, last value "
-                f"{value} m per model unit, not applied)"]
+        """What every file written states: units, the scale source and the value (the one
+        ``units_header``, as the node's saved files; written with the final estimate)."""
+        return units_header(self.estimate, final=True, setting="--scale")
 
     def summary(self) -> dict:
         """The summary's ``scale`` entry."""
@@ -319,11 +286,11 @@ class OfflineScale:
                "samples": est.samples, "min_samples": est.min_samples,
                "segment": est.segment, "stream_restarts": self.restarts,
                "rejections": dict(est.rejections)}
-        if self.config.source == "camera_height":
+        if "camera_height_m" in self.config.kind.settings:
             out["camera_height_m"] = self.config.camera_height_m
-        if self._depth is not None and self.config.source == "depth":
+        if self._depth is not None:  # the source reads the sequence's depth
             out["depth_skipped_by_reason"] = dict(self._depth.stats)
-        if self.config.source != "none" and not est.locked:
+        if self.config.metric and not est.locked:
             out["note"] = (f"the {self.config.source} scale never locked ({est.status_text}): "
                            f"every file is in model units")
         return out

@@ -25,7 +25,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from ...image_decode import ImageRejected, decode_image
+from ...image_decode import ImageRejected, decode_depth, decode_image
 from .bag_salvage import Salvage, salvage
 from .depth_stream import DepthReading, DepthStream
 from .frame import Frame, FrameSource, PathLike, SkippedFrame, check_container, decode_bytes
@@ -73,26 +73,13 @@ def is_depth_topic(topic: str) -> bool:
 
 def depth_from_msg(msg) -> tuple[np.ndarray, str]:
     """A deserialized depth ``sensor_msgs/Image`` -> ((H, W) array, encoding): 16UC1/mono16
-    (millimetres, by :func:`lingbot_ros.image_decode.decode_image`) or 32FC1 (metres).
+    (millimetres) or 32FC1 (metres), by the one decoder
+    (:func:`lingbot_ros.image_decode.decode_depth`, the step aligned as for colour images).
     SkippedFrame(reason) for another encoding or a malformed message."""
-    enc = str(msg.encoding)
-    if enc.upper() == "32FC1":
-        h, w, step = int(msg.height), int(msg.width), int(msg.step)
-        if h == 0 or w == 0:
-            raise SkippedFrame("zero_size", "depth image of size 0")
-        if step < 4 * w or step % 4:
-            raise SkippedFrame("bad_step", f"32FC1 step {step} for width {w}")
-        data = np.asarray(msg.data, dtype=np.uint8).reshape(-1)
-        if data.size < step * h:
-            raise SkippedFrame("truncated", f"{data.size} bytes for {h} rows of {step}")
-        dtype = np.dtype(">f4" if msg.is_bigendian else "<f4")
-        img = np.frombuffer(data[:step * h].tobytes(), dtype).reshape(h, step // 4)[:, :w]
-        return img.astype(np.float32), "32FC1"
-    if enc not in ("16UC1", "mono16"):
-        raise SkippedFrame("unknown_encoding", f"depth encoding {enc!r} (16UC1, mono16 or "
-                                               "32FC1 expected)")
-    img, enc = image_from_msg(msg)
-    return (img[:, :, 0] if img.ndim == 3 else img), enc
+    try:
+        return decode_depth(msg, aligned_step=True)
+    except ImageRejected as err:
+        raise SkippedFrame(err.reason, err.detail) from None
 
 
 def _typestore():
@@ -197,6 +184,7 @@ class BagSource(FrameSource):
         if stamps not in ("header", "bag"):
             raise ValueError(f"stamps must be 'header' or 'bag', got {stamps!r}")
         self.stamp_source = stamps
+        self.header_stamps = stamps == "header"  # else the bag's record times
         indexed, self._rescue = _image_topics(self.path)
         topics = {t: m for t, (m, _) in indexed.items()}
         if topic is None:
@@ -239,7 +227,7 @@ class BagSource(FrameSource):
             except SkippedFrame as skip:
                 self.stats.skip(skip.reason, f"{where}: {skip}")
                 continue
-            if self.stamp_source == "header":
+            if self.header_stamps:
                 st = msg.header.stamp
                 stamp = int(st.sec) * 1_000_000_000 + int(st.nanosec)
             else:

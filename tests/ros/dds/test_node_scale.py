@@ -239,13 +239,14 @@ def test_bad_depth_is_counted_and_reported_never_a_metric_output(tmp_path, ros_e
                          "the node's aligned_depth subscription")
         for i, msg in enumerate(images):
             bad = np.full((H, W), 1.0, np.float32)
-            if i % 3 == 0:  # wrong encoding
+            if i % 3 == 0:  # no depth encoding: the decoder refuses it (image_decode)
                 probe.depth_pub.publish(depth_msg(bad, msg.header.stamp, "rgb8"))
             elif i % 3 == 1:  # wrong size
                 probe.depth_pub.publish(depth_msg(bad[:10], msg.header.stamp))
             else:  # all invalid
                 probe.depth_pub.publish(depth_msg(bad * np.nan, msg.header.stamp))
-        probe.wait_until(lambda: probe.counter("scale_depth_received") >= len(images), 30,
+        probe.wait_until(lambda: probe.counter("scale_depth_received") >= 4
+                         and probe.counter("depth_rejected_unknown_encoding") == 2, 30,
                          lambda: f"the depth images received ({probe.last_diag()})")
         send(probe, images)
         probe.wait_until(lambda: len([g for g in probe.snapshot("state_changes")
@@ -253,11 +254,15 @@ def test_bad_depth_is_counted_and_reported_never_a_metric_output(tmp_path, ros_e
                          90, "a status per frame")
         values = probe.wait_until(
             lambda: probe.last_diag() if sum(int(probe.last_diag().get(
-                f"scale_rejected_{r}", 0)) for r in ("wrong_encoding", "wrong_size",
+                f"scale_rejected_{r}", 0)) for r in ("out_of_sync", "no_depth", "wrong_size",
                                                      "all_invalid")) >= len(images) else None,
             30, lambda: f"every rejection counted ({probe.last_diag()})")
-        for reason in ("wrong_encoding", "wrong_size", "all_invalid"):
+        for reason in ("wrong_size", "all_invalid"):
             assert int(values[f"scale_rejected_{reason}"]) == 2, values
+        # the frames whose depth was refused found none of their own
+        assert int(values.get("scale_rejected_out_of_sync", 0)) + int(values.get(
+            "scale_rejected_no_depth", 0)) == 2, values
+        assert int(values["scale_depth_received"]) == 4, values
         assert values["scale_state"] == "UNKNOWN" and values["scale_units"] == "model units"
         messages = [g.msg.message for g in probe.snapshot("state_changes")]
         assert any("estimating scale 0/3 (depth, last rejection: wrong_size)" in m

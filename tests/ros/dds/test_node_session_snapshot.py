@@ -125,7 +125,7 @@ def test_a_locked_scale_survives_save_session_and_load_session(tmp_path, ros_env
         reply = probe.call("save_session", SaveSession.Request(path=str(snap)))
         assert reply.success and reply.frames == 6, reply.message
         manifest = json.loads((snap / "manifest.json").read_text())
-        assert manifest["front_end_state"]["scale"]["state"] == "LOCKED"
+        assert manifest["front_end_state"]["scale"]["estimator"]["state"] == "LOCKED"
 
         assert probe.call("reset").success
         probe.wait_until(lambda: (lambda m: m is not None and m.state == m.UNKNOWN
@@ -168,7 +168,7 @@ def test_scale_restore_rules_without_a_node():
     """check_scale refuses another source before anything changes; restore_scale continues a
     LOCKED estimate; a snapshot without an estimate (an older build's) restarts a metric one
     with a warning; none/fixed need none."""
-    from lingbot_ros.ros.intake.scale_msgs import StreamScale
+    from lingbot_ros.scale import ScaleStream
     from lingbot_ros.ros.lifecycle.snapshot_handlers import (SnapshotError, check_scale,
                                                              restore_scale)
     from lingbot_ros.scale import ScaleConfig, ScaleEstimator, ScaleSample
@@ -178,11 +178,11 @@ def test_scale_restore_rules_without_a_node():
     for i in range(3):
         est.add(ScaleSample(i * 0.1, 2.0, "depth"))
     manifest = {"front_end_state": {"scale": est.state_dict()}}
-    fixed = StreamScale(ScaleConfig(source="fixed", factor=0.4))
+    fixed = ScaleStream(ScaleConfig(source="fixed", factor=0.4))
     with pytest.raises(SnapshotError, match="scale.source 'depth', this stream's is 'fixed'"):
         check_scale(manifest, fixed)
     assert fixed.estimate.metres_per_unit == 0.4 and fixed.estimate.segment == 0
-    depth = StreamScale(config)
+    depth = ScaleStream(config)
     check_scale(manifest, depth)
     estimate, warning = restore_scale({"front_end_state": {}}, depth)
     assert "holds no scale estimate" in warning and estimate.segment == 1
@@ -220,7 +220,7 @@ def test_a_restarted_node_continues_a_locked_scale(tmp_path, ros_env):
         node.interrupt()
         assert node.wait(60) == 0, node.log()[-3000:]
     assert json.loads((snap / "manifest.json").read_text())[
-        "front_end_state"]["scale"]["state"] == "LOCKED"
+        "front_end_state"]["scale"]["estimator"]["state"] == "LOCKED"
 
     with NodeProcess(ros_env, tmp_path, {**depth, "session.resume_from": str(snap)},
                      name="b") as node, ScaleProbe(static_msgs()) as probe:

@@ -105,6 +105,6 @@ def test_a_reset_forgets_the_maps_units(ros_node, tmp_path):
     outputs.clear()
     count, units = outputs.save_map(tmp_path / "empty.ply")
     assert (count, units) == (0, None)
-    assert "units: model units (monocular: not metres)" in read_ply_comments(
+    assert "units: model units (no scale estimate: nothing was scaled)" in read_ply_comments(
         tmp_path / "empty.ply")
     outputs.destroy()

@@ -1,7 +1,7 @@
 """Metric scale where the node's outputs leave (no DDS): the REP-105 algebra with a scale
 (a robot turning in place about base_link with the camera 0.3 m ahead keeps base_link put),
 the odometry covariance with the scale's uncertainty, depth messages read for the depth
-source, ``StreamScale`` (fixed, depth; bad input counted, never raised; ``camera_height``: a
+source, ``ScaleStream`` (fixed, depth; bad input counted, never raised; ``camera_height``: a
 synthetic floor as the predicted depth, the height configured or from the robot's TF, the
 ground frame missing; ``odometry`` from TF, looked up at the image stamps; the odometry
 window in stream snapshots, continued bit for bit) and the saved files' units header."""
@@ -18,10 +18,11 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 
 from lingbot_ros.geometry import T_BODY_OPTICAL, rigid_inverse
-from lingbot_ros.ros.intake.scale_msgs import StreamScale, depth_msg_to_array
+from lingbot_ros.image_decode import ImageRejected
+from lingbot_ros.ros.intake.scale_msgs import depth_msg_input, tf_lookup
 from lingbot_ros.ros.outputs.messages import scaled_covariance
 from lingbot_ros.ros.tf.frame_chain import FrameChain
-from lingbot_ros.scale import ScaleConfig, ScaleState, units_header
+from lingbot_ros.scale import ScaleConfig, ScaleState, ScaleStream, units_header
 
 K = 0.25  # metres per model unit
 LEVER = 0.3  # the camera's optical centre 0.3 m ahead of base_link
@@ -103,16 +104,19 @@ def depth_msg(array: np.ndarray, encoding: str, t_ns: int = 5_000_000_000, pad: 
 @pytest.mark.parametrize("pad,bigendian", [(0, False), (6, False), (2, True)])
 def test_depth_messages_read_exactly(encoding, dtype, pad, bigendian):
     a = (np.arange(12).reshape(3, 4) * 100 + 7).astype(dtype)
-    got = depth_msg_to_array(depth_msg(a, encoding, pad=pad, bigendian=bigendian))
+    stamp, got, enc = depth_msg_input(depth_msg(a, encoding, pad=pad, bigendian=bigendian))
     np.testing.assert_array_equal(got, a)
-    assert got.dtype == np.dtype(dtype)
+    assert got.dtype == np.dtype(dtype) and got.flags.c_contiguous
+    assert (stamp, enc) == (5_000_000_000, encoding)
 
 
-def test_short_or_unknown_depth_messages_give_arrays_the_source_rejects():
+def test_short_or_unknown_depth_messages_are_refused_with_the_decoders_reason():
     msg = depth_msg(np.ones((3, 4), np.uint16), "16UC1")
     msg.data = msg.data[:-1]
-    assert depth_msg_to_array(msg).shape == (0, 0)
-    assert depth_msg_to_array(depth_msg(np.ones((3, 4), np.uint16), "rgb8")).dtype == np.uint8
+    with pytest.raises(ImageRejected, match="truncated"):
+        depth_msg_input(msg)
+    with pytest.raises(ImageRejected, match="unknown_encoding"):
+        depth_msg_input(depth_msg(np.ones((3, 4), np.uint16), "rgb8"))
 
 
 def crop(h: int, w: int):
@@ -128,21 +132,22 @@ def frame(t_ns: int, depth: np.ndarray | None):
 def test_stream_scale_depth_locks_at_k_and_counts_bad_input():
     cfg = ScaleConfig(source="depth", min_samples=3, min_pixels=10, depth_min_m=0.0,
                       depth_max_m=100.0)
-    scale = StreamScale(cfg)
+    scale = ScaleStream(cfg)
     rng = np.random.default_rng(1)
     T_bo = np.eye(4)
     # no depth yet; a wrong encoding; a wrong size; no predicted depth: counted, no raise
     pred = rng.uniform(1.0, 3.0, size=(30, 40)).astype(np.float32)
     assert scale.on_frame(frame(1_000_000_000, pred), T_bo).reason == "no_depth"
-    scale.push_depth(depth_msg(np.zeros((30, 40), np.uint8), "mono8", 2_000_000_000))
+    scale.push_depth(2_000_000_000, np.zeros((30, 40), np.uint8), "mono8")  # not a depth
     assert scale.on_frame(frame(2_000_000_000, pred), T_bo).reason == "wrong_encoding"
-    scale.push_depth(depth_msg(np.ones((10, 10), np.float32), "32FC1", 3_000_000_000))
+    scale.push_depth(*depth_msg_input(depth_msg(np.ones((10, 10), np.float32), "32FC1",
+                                                3_000_000_000)))
     assert scale.on_frame(frame(3_000_000_000, pred), T_bo).reason == "wrong_size"
     assert scale.on_frame(frame(3_500_000_000, None), T_bo).reason in ("no_depth", "out_of_sync")
     for i in range(4):
         t = 4_000_000_000 + i * 33_000_000
         pred = rng.uniform(1.0, 3.0, size=(30, 40)).astype(np.float32)
-        scale.push_depth(depth_msg(pred * np.float32(K), "32FC1", t))
+        scale.push_depth(*depth_msg_input(depth_msg(pred * np.float32(K), "32FC1", t)))
         estimate = scale.on_frame(frame(t, pred), T_bo)
     assert estimate.state is ScaleState.LOCKED
     assert estimate.output_factor == pytest.approx(K, rel=1e-6)
@@ -154,30 +159,32 @@ def test_stream_scale_depth_locks_at_k_and_counts_bad_input():
 
 
 def test_units_header_states_units_source_and_value():
-    fixed = StreamScale(ScaleConfig(source="fixed", factor=0.5)).estimate
+    fixed = ScaleStream(ScaleConfig(source="fixed", factor=0.5)).estimate
     assert units_header(fixed)[0] == "units: m"
     assert "fixed, 0.5 m per model unit" in units_header(fixed)[1]
-    none = StreamScale(ScaleConfig()).estimate
+    none = ScaleStream(ScaleConfig()).estimate
     assert units_header(none)[0].startswith("units: model units")
-    assert units_header(None)[1] == "scale: no scale source"
-    depth = StreamScale(ScaleConfig(source="depth")).estimate
+    assert units_header(none) == ["units: model units (no metric scale: scale.source none)",
+                                  "scale: none"]
+    assert units_header(None)[0] == "units: model units (no scale estimate: nothing was scaled)"
+    depth = ScaleStream(ScaleConfig(source="depth")).estimate
     assert "not locked" in units_header(depth)[1]
 
 
 def test_stream_scale_odometry_counts_bad_poses_and_waits_for_motion():
-    scale = StreamScale(ScaleConfig(source="odometry", min_samples=2))
+    scale = ScaleStream(ScaleConfig(source="odometry", min_samples=2))
     T_bo = np.eye(4)
-    scale.push_odometry(1.0, np.eye(4))  # before the first frame: kept until T_bo is known
+    scale.push_odometry(1_000_000_000, np.eye(4))  # before the first frame: kept until T_bo is known
     assert scale.on_frame(SimpleNamespace(stamp_ns=1_000_000_000, c2w=np.eye(4)),
                           T_bo).reason == "stationary"
     bad = np.eye(4)
     bad[0, 3] = math.nan
-    assert scale.push_odometry(2.0, bad) is None  # never raises
+    assert scale.push_odometry(2_000_000_000, bad) is None  # never raises
     assert scale.estimate.rejection_count("non_finite") == 1
     assert scale.info()["scale_odometry_received"] == 2
 
 
-# --- camera_height and odometry from TF in StreamScale --------------------------------------
+# --- camera_height and odometry from TF in ScaleStream --------------------------------------
 
 CAM_HEIGHT = 1.2  # metres: the camera's optical centre over the floor (base_footprint)
 PITCH_DOWN = math.radians(25.0)
@@ -242,7 +249,7 @@ def test_camera_height_configured_locks_at_k(k):
     """scale.camera_height_m: the floor in the predicted points, unprojected with the model's
     intrinsics, gives k within 1 % (exact here: 1e-6)."""
     T_bo = camera_mount() @ T_BODY_OPTICAL
-    scale = StreamScale(ScaleConfig(source="camera_height", camera_height_m=CAM_HEIGHT,
+    scale = ScaleStream(ScaleConfig(source="camera_height", camera_height_m=CAM_HEIGHT,
                                     min_samples=3))
     assert scale.needs_depth
     depth = floor_depth(T_bo, k)
@@ -258,8 +265,8 @@ def test_camera_height_from_tf_ground_frame_locks_at_k():
     k = 0.8
     frames, chain = robot_frames(robot_tree())
     np.testing.assert_allclose(frames.ground_to_optical(0), chain.T_base_optical, atol=1e-12)
-    scale = StreamScale(ScaleConfig(source="camera_height", min_samples=2))
-    scale.attach_tf(ground=frames.ground_to_optical)
+    scale = ScaleStream(ScaleConfig(source="camera_height", min_samples=2))
+    scale.attach_tf(ground=tf_lookup(frames.ground_to_optical))
     depth = floor_depth(chain.T_base_optical, k)
     for i in range(2):
         estimate = scale.on_frame(height_frame(2_000_000_000 + i * 10**8, depth),
@@ -271,12 +278,12 @@ def test_camera_height_from_tf_ground_frame_locks_at_k():
 def test_camera_height_without_ground_frame_or_floor_is_counted_never_raised():
     frames, chain = robot_frames(robot_tree(with_ground=False))
     cfg = ScaleConfig(source="camera_height", min_samples=2, stale_timeout_s=0.5)
-    scale = StreamScale(cfg)
+    scale = ScaleStream(cfg)
     depth = floor_depth(chain.T_base_optical, 1.0)
     # no TF attached (the node not active): no ground frame to look up
     assert scale.on_frame(height_frame(1_000_000_000, depth),
                           chain.T_base_optical).reason == "no_ground_frame"
-    scale.attach_tf(ground=frames.ground_to_optical)
+    scale.attach_tf(ground=tf_lookup(frames.ground_to_optical))
     estimate = scale.on_frame(height_frame(1_100_000_000, depth), chain.T_base_optical)
     assert estimate.reason == "no_ground_frame" and estimate.state is ScaleState.UNKNOWN
     assert estimate.rejection_count("no_ground_frame") == 2
@@ -286,7 +293,7 @@ def test_camera_height_without_ground_frame_or_floor_is_counted_never_raised():
     assert stale.startswith("no_ground_frame (no ground frame 'base_footprint' in TF"), stale
     # no floor in view (a wall only): no_floor; no predicted depth: no_depth
     wall = np.full((IMG_H, IMG_W), 4.0, np.float32)
-    configured = StreamScale(ScaleConfig(source="camera_height", camera_height_m=1.0))
+    configured = ScaleStream(ScaleConfig(source="camera_height", camera_height_m=1.0))
     assert configured.on_frame(height_frame(1, wall), chain.T_base_optical).reason == "no_floor"
     nan = wall.copy()
     nan[4, 7] = np.nan  # on the pixel grid (every 3rd pixel from 1)
@@ -303,9 +310,9 @@ def test_odometry_from_tf_is_looked_up_at_the_image_stamps_even_when_late():
     tree = robot_tree()
     frames, chain = robot_frames(tree)
     T_bo = chain.T_base_optical
-    scale = StreamScale(ScaleConfig(source="odometry", min_samples=2, min_baseline_m=0.3,
+    scale = ScaleStream(ScaleConfig(source="odometry", min_samples=2, min_baseline_m=0.3,
                                     odom_min_step_m=0.1))
-    scale.attach_tf(odometry=frames.odom_to_base)
+    scale.attach_tf(odometry=tf_lookup(frames.odom_to_base))
     stamps = [10_000_000_000 + i * 100_000_000 for i in range(8)]
 
     def base_pose(i):  # the base drives forward and turns a little (metres)
@@ -350,8 +357,8 @@ def test_odometry_from_tf_refuses_the_circular_and_camera_only_configurations():
 
 def test_odometry_from_tf_without_odometry_says_what_tf_lacks():
     frames, chain = robot_frames(robot_tree())
-    scale = StreamScale(ScaleConfig(source="odometry", stale_timeout_s=0.5))
-    scale.attach_tf(odometry=frames.odom_to_base)
+    scale = ScaleStream(ScaleConfig(source="odometry", stale_timeout_s=0.5))
+    scale.attach_tf(odometry=tf_lookup(frames.odom_to_base))
     estimate = scale.on_frame(SimpleNamespace(stamp_ns=10**9, c2w=np.eye(4)),
                               chain.T_base_optical)
     assert estimate.reason == "no_odometry" and estimate.rejection_count("no_odometry") == 1

@@ -10,19 +10,22 @@ from lingbot_ros.ros.params.declare import build_settings, check_update
 from lingbot_ros.ros.params.table import PARAMS, rows
 from lingbot_ros.scale import ScaleConfig
 
-# ScaleConfig fields the node leaves at their defaults (no parameter: docs/scale.md)
-NOT_PARAMETERS = {"odom_window", "odom_max_dt_s", "ground_inlier_ratio", "ground_min_inliers",
-                  "max_samples", "depth_stride"}
-
 
 def test_the_rows_build_the_default_scale_config():
+    """Every ScaleConfig field is a parameter row (docs/scale.md lists them all as ROS
+    parameters; six had none: depth_stride, odom_window, odom_max_dt_s, ground_inlier_ratio,
+    ground_min_inliers, max_samples)."""
     settings = build_settings({})
     assert settings.scale == ScaleConfig()
     assert settings.node.ground_frame == "base_footprint"
     fields = {f.name for f in dataclasses.fields(ScaleConfig)}
     attributes = {p.attribute for p in rows("scale")}
-    assert attributes == fields - NOT_PARAMETERS
+    assert attributes == fields
     assert all(p.name == "scale." + p.attribute for p in rows("scale"))
+    s = build_settings({"scale.depth_stride": 2, "scale.odom_window": 40,
+                        "scale.max_samples": 50, "scale.ground_min_inliers": 100})
+    assert (s.scale.depth_stride, s.scale.odom_window, s.scale.max_samples,
+            s.scale.ground_min_inliers) == (2, 40, 50, 100)
 
 
 def test_values_reach_the_scale_config():

@@ -1,4 +1,4 @@
-"""StreamScale's state in stream snapshots: the estimate and, for ``scale.source: odometry``,
+"""ScaleStream's state in stream snapshots: the estimate and, for ``scale.source: odometry``,
 the source's window of frames continue after a restore exactly as the uninterrupted stream
 (no node, no DDS: the node's snapshot paths are tests/ros/dds/test_node_session_snapshot.py)."""
 from __future__ import annotations
@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from lingbot_ros.geometry import T_BODY_OPTICAL, rigid_inverse
-from lingbot_ros.ros.intake.scale_msgs import StreamScale
-from lingbot_ros.scale import ScaleConfig
+from lingbot_ros.scale import ScaleConfig, ScaleStream
 from tests.ros.unit.test_scale_outputs import camera_mount, rot_z
 
 ODOM_CFG = ScaleConfig(source="odometry", min_samples=40, min_baseline_m=0.3,
@@ -36,11 +35,11 @@ def odometry_events(n: int, k: float, T_bo: np.ndarray, lag: int = 3) -> list:
         events.append(("frame", SimpleNamespace(stamp_ns=t0_ns + i * dt_ns, c2w=m)))
         if i >= lag:
             j = i - lag + 0.5
-            events.append(("odom", ((t0_ns + j * dt_ns) * 1e-9, base_pose(j * 0.05))))
+            events.append(("odom", (round(t0_ns + j * dt_ns), base_pose(j * 0.05))))
     return events
 
 
-def feed_scale(scale: StreamScale, events, T_bo) -> list:
+def feed_scale(scale: ScaleStream, events, T_bo) -> list:
     out = []
     for kind, item in events:
         if kind == "odom":
@@ -52,18 +51,18 @@ def feed_scale(scale: StreamScale, events, T_bo) -> list:
 
 @pytest.mark.parametrize("split", [2, 9, 40, 101])
 def test_stream_scale_odometry_window_continues_bit_for_bit_after_a_restore(split):
-    """StreamScale A runs; its state (through strict JSON) goes into a fresh StreamScale B,
+    """ScaleStream A runs; its state (through strict JSON) goes into a fresh ScaleStream B,
     whose odometry source is only built at its first frame (T_base_optical known then; the
     odometry received before it waits): on the same odometry and frames, B's estimates and
     final state equal A's exactly (every sample's log value is in the state)."""
     import json
     T_bo = camera_mount() @ T_BODY_OPTICAL
     events = odometry_events(160, 0.4, T_bo)
-    a = StreamScale(ODOM_CFG)
+    a = ScaleStream(ODOM_CFG)
     feed_scale(a, events[:split], T_bo)
     state = json.loads(json.dumps(a.state_dict(), allow_nan=False))
-    assert state["odometry"]["frames"] and state["state"] == a.estimate.state.value
-    b = StreamScale(ODOM_CFG)
+    assert state["source"]["frames"] and state["estimator"]["state"] == a.estimate.state.value
+    b = ScaleStream(ODOM_CFG)
     b.check_state_dict(state)
     assert b.load_state_dict(state) == a.estimate
     assert b.state_dict() == a.state_dict()  # restored, no frame yet: carried on as loaded
@@ -79,17 +78,17 @@ def test_stream_scale_drops_a_window_of_another_mount_with_a_warning(caplog):
     the estimate itself continues."""
     T_bo = camera_mount() @ T_BODY_OPTICAL
     events = odometry_events(60, 0.4, T_bo)
-    a = StreamScale(ODOM_CFG)
+    a = ScaleStream(ODOM_CFG)
     feed_scale(a, events[:40], T_bo)
-    b = StreamScale(ODOM_CFG)
+    b = ScaleStream(ODOM_CFG)
     b.load_state_dict(a.state_dict())
     moved = T_bo.copy()
     moved[0, 3] += 0.05
     first = next(item for kind, item in events[40:] if kind == "frame")
-    with caplog.at_level("WARNING", logger="lingbot_ros.ros.intake.scale_msgs"):
+    with caplog.at_level("WARNING", logger="lingbot_ros.scale.stream"):
         b.on_frame(first, moved)
     assert "odometry window is dropped" in caplog.text and "another T_base_optical" in caplog.text
-    window = b.state_dict()["odometry"]
+    window = b.state_dict()["source"]
     assert len(window["frames"]) == 1 and window["odometry"] == []
     assert b.estimate.samples == a.estimate.samples  # the estimate continued
 
@@ -100,19 +99,19 @@ def test_stream_scale_load_into_a_running_odometry_source():
     save none."""
     T_bo = camera_mount() @ T_BODY_OPTICAL
     events = odometry_events(60, 0.4, T_bo)
-    saved = StreamScale(ODOM_CFG)
+    saved = ScaleStream(ODOM_CFG)
     feed_scale(saved, events[:30], T_bo)
     state = saved.state_dict()
-    running = StreamScale(ODOM_CFG)
+    running = ScaleStream(ODOM_CFG)
     feed_scale(running, events[30:40], T_bo)  # its source is built, with frames and odometry
-    held = running.state_dict()["odometry"]["odometry"]
+    held = running.state_dict()["source"]["odometry"]
     assert held
     running.load_state_dict(state)
-    window = running.state_dict()["odometry"]
-    assert window["frames"] == state["odometry"]["frames"]
-    assert window["odometry"] == state["odometry"]["odometry"] + held  # both kept
-    older = {k: v for k, v in state.items() if k != "odometry"}
+    window = running.state_dict()["source"]
+    assert window["frames"] == state["source"]["frames"]
+    assert window["odometry"] == state["source"]["odometry"] + held  # both kept
+    older = state["estimator"]  # an older node's: the estimator's state alone, no window
     running.load_state_dict(older)
-    assert running.state_dict()["odometry"]["frames"] == []
+    assert running.state_dict()["source"]["frames"] == []
     assert running.estimate == saved.estimate
-    assert "odometry" not in StreamScale(ScaleConfig(source="fixed", factor=2.0)).state_dict()
+    assert ScaleStream(ScaleConfig(source="fixed", factor=2.0)).state_dict()["source"] is None

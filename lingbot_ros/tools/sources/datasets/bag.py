@@ -41,7 +41,7 @@ def open_bag(path: Path, *, stamps: str = "auto", fps: float = 30.0,
     if stamps not in ("auto", "header", "bag"):
         raise ValueError(f"bag stamps must be 'auto', 'header' or 'bag', got {stamps!r}")
     source = BagSource(path, topic, "header" if stamps == "auto" else stamps)
-    how = "header stamps" if source.stamp_source == "header" else "record times"
+    how = "header stamps" if source.header_stamps else "record times"
     desc = f"bag {path.name}: topic {source.topic} ({source.msgtype}), {how}"
     if source.truncated:
         desc += f", TRUNCATED: the {len(source)} whole messages before the cut are read"
