@@ -33,6 +33,7 @@ from .results import Frame
 from .segments import Segments
 from .snapshot import (SnapshotData, SnapshotError, check_compatible, read_snapshot,
                        snapshot_data, write_snapshot)
+from .snapshot_parts import check_stream_state
 from .stats import HostLaps, LatencyWindow
 from .stream_runner import StreamRunner
 
@@ -98,6 +99,7 @@ def load_session_state(state: dict, model, config: SessionConfig,
     """Fresh owners holding ``state`` (``session_state``'s tree, of a session of the same
     model and configuration; the runner's pages come from a fresh pool and record into
     ``laps``). Raises on a state that does not load (``SnapshotError`` among others)."""
+    check_stream_state(state)  # every registered stream part (session/snapshot_parts.py)
     dev = torch.device(config.device)
     hw = None if state["model_hw"] is None else tuple(int(x) for x in state["model_hw"])
     inputs = InputPolicy(config)

@@ -30,17 +30,15 @@ import logging
 from pathlib import Path
 from typing import Optional
 
-from ...session import (FINGERPRINT_FRAMES, SnapshotError, StreamingSession,
-                       check_replaceable, frame_digest, read_manifest)
+from ...session import (FINGERPRINT_FRAMES, SCALE, VOXEL_MAP, SnapshotError,
+                       StreamingSession, check_replaceable, front_end_state, frame_digest,
+                       read_manifest, saved_part)
 from .run_spec import BadRunOptions, CannotResume
 
 __all__ = ["add_snapshot_args", "OfflineSnapshots", "snapshot_frames_read",
            "check_snapshot_args", "recording_fingerprint"]
 
 log = logging.getLogger("lingbot_ros.offline")
-
-SCALE_KEY = "scale"  # front_end_state[SCALE_KEY]: OfflineScale.state_dict()
-POINTS_KEY = "voxel_map"  # front_end_state[POINTS_KEY]: VoxelMap.state_dict() (--ply)
 
 
 def add_snapshot_args(p: argparse.ArgumentParser) -> None:
@@ -141,7 +139,7 @@ class OfflineSnapshots:
         when they do not fit this run's settings)."""
         scale, points = self.scale, self.points
         if scale is not None:
-            state = front_end.get(SCALE_KEY)
+            state = saved_part(front_end, SCALE)
             if state is None:
                 if scale.config.source != "none":
                     raise CannotResume(f"--resume {resume}: the snapshot holds no scale estimate "
@@ -154,7 +152,7 @@ class OfflineSnapshots:
                     raise CannotResume(f"--resume {resume}: {exc} (--scale, --scale-param)") \
                         from None
         if points is not None:
-            state = front_end.get(POINTS_KEY)
+            state = saved_part(front_end, VOXEL_MAP)
             if state is None:
                 raise CannotResume(f"--resume {resume}: the snapshot holds no point map (saved "
                                  "without --ply): resume without --ply, or run the whole "
@@ -207,11 +205,10 @@ class OfflineSnapshots:
         extra = {"offline": {"frames_read": frames_read, "last_stamp_ns": self.last_stamp,
                              "keyframe_flags": [bool(k) for k in keyframe_flags],
                              "ply": self.ply}}
-        front_end = {}
-        if self.scale is not None:
-            front_end[SCALE_KEY] = self.scale.state_dict()
-        if self.points is not None:
-            front_end[POINTS_KEY] = self.points.state_dict()
+        # the run's own snapshot parts (session/snapshot_parts.py): those it has
+        front_end = front_end_state({k: v for k, v in ((SCALE, self.scale),
+                                                       (VOXEL_MAP, self.points))
+                                     if v is not None})
         path, nbytes = self.session.snapshots.save(self.save_to, extra=extra,
                                                    front_end_state=front_end)
         self.saves += 1
