@@ -190,7 +190,10 @@ class SessionSnapshots:
         except ValueError as exc:
             raise SnapshotError(str(exc)) from None
         # -- swap (nothing below can fail) --
-        s._drop_pipeline()
+        if s._take_flight() is not None:  # the frame in flight, a rollover being built and
+            s._readback.discard()         # outcomes not collected are dropped
+        s._next.drop()
+        s._ready = []
         s._runner, s._model_hw = loaded.runner, loaded.model_hw
         s._next = loaded.next_segment
         s._input, s._policy = loaded.inputs, loaded.policy
