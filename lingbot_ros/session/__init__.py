@@ -12,8 +12,8 @@ from .keyframes import KeyframePolicy, make_policy
 from .segments import AnchorFrame, Rollover, Segments
 from .session import Outcome, StreamingSession
 from .session_state import SessionSnapshots
-from .snapshot import SnapshotData, SnapshotError, read_manifest, write_snapshot
-from .snapshot_files import check_replaceable, sweep_stale
+from .snapshot_codec import SnapshotData, SnapshotError, read_manifest, write_snapshot
+from .snapshot_folder import check_replaceable, sweep_stale
 from .snapshot_parts import (PARTS, PATH_RECORDS, SCALE, VOXEL_MAP, SnapshotPart,
                              front_end_state, saved_part)
 from .stats import LatencyWindow

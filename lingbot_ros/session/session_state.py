@@ -1,5 +1,5 @@
 """A session's state as plain data, and back: the assembly between ``StreamingSession`` and
-the snapshot format (``snapshot.py``).
+the snapshot format (``snapshot_codec.py``).
 
     state = session_state(...)                     # SessionSnapshots.state_dict: each
                                                    # owner's state_dict + the pipeline's own
@@ -31,7 +31,7 @@ from .keyframes import KeyframePolicy, make_policy
 from .next_segment import NextSegment
 from .results import Frame
 from .segments import Segments
-from .snapshot import (SnapshotData, SnapshotError, check_compatible, read_snapshot,
+from .snapshot_codec import (SnapshotData, SnapshotError, check_compatible, read_snapshot,
                        snapshot_data, write_snapshot)
 from .snapshot_parts import check_stream_state
 from .stats import HostLaps, LatencyWindow

@@ -19,7 +19,7 @@ from a snapshot saved without it, and other ``--ply-voxel``, ``--ply-max-points`
 ``--ply-stride`` or ``--min-conf`` values.
 
 Both are checked before the first frame (``check_snapshot_args``): ``--resume`` must name a
-readable snapshot (its marker, checksum and files: ``session/snapshot_files.py``), and
+readable snapshot (its marker, checksum and files: ``session/snapshot_folder.py``), and
 ``--save-session`` a target a save may replace (nothing, an empty folder or a snapshot of
 ours; never a folder we did not write) in an existing folder.
 """
