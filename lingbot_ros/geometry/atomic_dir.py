@@ -1,4 +1,4 @@
-"""Atomic folder replacement, shared by the stream snapshots (``session/snapshot_files.py``)
+"""Atomic folder replacement, shared by the stream snapshots (``session/snapshot_folder.py``)
 and the fleet's output folder (``tools/eval/fleet/tree.py``); files are ``atomic_file.py``'s.
 
 A folder is written complete under a temporary name beside its target, then put at the target

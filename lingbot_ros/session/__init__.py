@@ -12,8 +12,10 @@ from .keyframes import KeyframePolicy, make_policy
 from .segments import AnchorFrame, Rollover, Segments
 from .session import Outcome, StreamingSession
 from .session_state import SessionSnapshots
-from .snapshot import SnapshotData, SnapshotError, read_manifest, write_snapshot
-from .snapshot_files import check_replaceable, sweep_stale
+from .snapshot_codec import SnapshotData, SnapshotError, read_manifest, write_snapshot
+from .snapshot_folder import check_replaceable, sweep_stale
+from .snapshot_parts import (PARTS, PATH_RECORDS, SCALE, VOXEL_MAP, SnapshotPart,
+                             front_end_state, saved_part)
 from .stats import LatencyWindow
 from .step_txn import StepTxn
 from .stream_runner import StreamRunner, fast_path_of
@@ -29,4 +31,5 @@ __all__ = ["StepKind", "PRESETS", "load_session_model", "open_session", "warm_up
            "write_snapshot", "sweep_stale", "check_replaceable", "FINGERPRINT_FRAMES",
            "frame_digest", "fingerprint_key", "SessionInfo", "StreamInfo", "KVCacheInfo",
            "CameraCacheInfo", "LatencySummary", "SessionSnapshots", "BenchTiming",
-           "WeightsIdentity"]
+           "WeightsIdentity", "SnapshotPart", "PARTS", "SCALE", "VOXEL_MAP", "PATH_RECORDS",
+           "front_end_state", "saved_part"]

@@ -119,6 +119,11 @@ class StreamInfo:
     camera_cache: Optional[CameraCacheInfo]
 
     @classmethod
+    def idle(cls, attention: str, fast_path: str, fused_kernels) -> "StreamInfo":
+        """Before a stream's first frame: the backend and fast path it will use, no caches."""
+        return cls(attention, fast_path, fused_kernels, None, 0, 0, 0, None, None)
+
+    @classmethod
     def from_runner(cls, d: Mapping) -> "StreamInfo":
         """From ``StreamRunner.info()``."""
         return cls(d["attention"], d["fast_path"], d["fused_kernels"],
@@ -186,11 +191,11 @@ class SessionInfo:
         return out
 
 
-def session_info(*, counts: Mapping, restarts: Mapping, started: bool, anchors_buffered: int,
-                 config, segment: int, segment_keyframes: int, rollover_building: bool,
-                 model_hw, trajectory_poses: int, latency: Mapping,
-                 stream: StreamInfo) -> SessionInfo:
-    """The ``SessionInfo`` of a session's counters (``counts``: its Counter by fact)."""
+def session_info(session, stream: StreamInfo) -> SessionInfo:
+    """The ``SessionInfo`` of ``session`` (``StreamingSession.info``) with its stream's GPU
+    state ``stream``: read from the session's owners (its counters by fact, segments, input
+    buffer, latency window, trajectory), none of them kept."""
+    counts, restarts, segments = session._counts, session._restarts, session._segments
     rejected = {k[len("rejected_"):]: v for k, v in counts.items() if k.startswith("rejected_")}
     return SessionInfo(
         frames_in=counts["frames_in"], frames_processed=counts["processed"],
@@ -199,12 +204,12 @@ def session_info(*, counts: Mapping, restarts: Mapping, started: bool, anchors_b
         rejected_by_reason=MappingProxyType(rejected),
         frames_failed=counts["failed_non_finite"],
         plan_ahead_failures=counts["plan_ahead_failed"],
-        phase="streaming" if started else "scale_frames",
-        scale_frames_buffered=anchors_buffered,
-        startup_latency_frames=config.num_scale_frames,
-        segment=segment, segment_keyframes=segment_keyframes,
-        rollovers=counts["rollovers"], rollover_building=rollover_building,
-        rollover_build_failures=counts["rollover_build_failed"], model_hw=model_hw,
+        phase="streaming" if segments.started else "scale_frames",
+        scale_frames_buffered=len(session._anchors),
+        startup_latency_frames=session.config.num_scale_frames,
+        segment=segments.number, segment_keyframes=segments.keyframes,
+        rollovers=counts["rollovers"], rollover_building=session._next.pending,
+        rollover_build_failures=counts["rollover_build_failed"], model_hw=session._model_hw,
         restarts=sum(restarts.values()), restarts_by_reason=MappingProxyType(dict(restarts)),
-        trajectory_poses=trajectory_poses, latency_ms=LatencySummary.from_dict(latency),
-        stream=stream)
+        trajectory_poses=len(session.trajectory),
+        latency_ms=LatencySummary.from_dict(session._latency.summary()), stream=stream)

@@ -19,9 +19,9 @@ from typing import Optional
 import torch
 
 from ..cache import StepKind
-from ..config import SessionConfig
+from ..config import ROLLOVER_SLACK_KEYFRAMES, SessionConfig
 from ..model import Slices, StepOutputs
-from .segments import AnchorFrame, anchor_of, anchor_state
+from .segments import AnchorFrame, Rollover, Segments, anchor_of, anchor_state
 from .step_txn import StepTxn
 from .stream_runner import StreamRunner
 
@@ -92,6 +92,21 @@ class NextSegment:
         self._runner.reset()
         self._anchors, self._txn, self._outputs = [], None, None
         return anchors, outputs
+
+    def segment_complete(self, segments: Segments, image_hw: tuple[int, int]) -> None:
+        """The current segment is complete: its successor's anchor step starts building
+        beside the stream, or, past the caches' slack, is finished now (taken next frame)."""
+        if not self.pending:
+            self.start(segments.next_anchors(), image_hw)
+        elif segments.keyframes >= self.config.rollover_keyframes + ROLLOVER_SLACK_KEYFRAMES:
+            self.advance()
+
+    def adopt(self, runner: StreamRunner, policy, segments: Segments) -> Rollover:
+        """Between two frames: the build becomes the stream's new segment (``take`` into
+        ``runner``; the keyframe ``policy`` starts fresh, as at a blocking rollover)."""
+        anchors, outputs = self.take(runner)
+        policy.reset()
+        return segments.start_next(anchors, outputs)
 
     def drop(self) -> None:
         """Forget the build (a reset, a restart, a restore): its step is rolled back."""

@@ -30,32 +30,28 @@ keyframe step and sees the window its commit leaves; any other frame is begun sp
 sees the un-evicted window, and is committed (eviction runs then) or rolled back once the
 policy has decided, in both caches.
 
-The concepts around the pipeline have their own owners: ``InputPolicy`` (stamps and sizes:
-accept, reject or restart), ``Segments`` (the world alignment and the rollovers of unbounded
-streams), ``results`` (the pure functions that build a ``FrameResult``). This module keeps
-the pipeline: one in-flight step (``_Flight``), closed in ``_close_flight`` and reported in
-``_report``, whose results change the session in one place (``_publish``). Beside it:
-``FrameUpload`` (the image onto the device, beside the step in flight), ``info``
-(``SessionInfo``: what ``info()`` returns), ``session.snapshots`` (``SessionSnapshots``: the
-stream as plain data and snapshots on disk, and back), ``session.timing`` (``BenchTiming``:
-the benchmark's timers), ``session.weights`` (``WeightsIdentity``: what snapshots record).
+This module is the pipeline: one in-flight step (``flight.Flight``), closed in
+``_close_flight`` and reported in ``_report``, whose results change the session in one place
+(``_publish``). Each concept around it has its owner: ``InputPolicy`` (stamps and sizes),
+``Segments`` (alignment, rollovers), ``results`` (a ``FrameResult``), ``FrameUpload``,
+``info`` (``session_info``), ``session.snapshots`` (``SessionSnapshots``), ``session.timing``
+(``BenchTiming``), ``session.weights`` (``WeightsIdentity``).
 """
 from __future__ import annotations
 
 import time
 import weakref
 from collections import Counter, deque
-from dataclasses import dataclass
 from typing import Optional, Union
 
 import numpy as np
 import torch
 
 from ..cache import StepKind
-from ..config import ROLLOVER_SLACK_KEYFRAMES, SessionConfig
+from ..config import SessionConfig
 from ..geometry import Trajectory
-from ..model import StepOutputs
 from .fingerprint import InputFingerprint
+from .flight import Closed, Flight, non_finite
 from .frame_upload import FrameUpload
 from .info import SessionInfo, StreamInfo, session_info
 from .input_policy import InputPolicy, SessionEvent
@@ -66,7 +62,6 @@ from .results import Frame, frame_result, host_tensors
 from .segments import Rollover, Segments
 from .session_state import SessionSnapshots
 from .stats import LatencyWindow
-from .step_txn import StepTxn
 from .stream_runner import StreamRunner, check_runnable, fast_path_of
 from .timing import BenchTiming
 from .types import FrameFailed, FrameRejected, FrameResult
@@ -75,29 +70,6 @@ from .weights import WeightsIdentity
 __all__ = ["StreamingSession", "Outcome", "Rollover", "SessionEvent"]
 
 Outcome = Union[FrameResult, FrameFailed]  # what ``collect`` returns per frame, in order
-
-
-@dataclass(frozen=True)
-class _Flight:
-    """The streaming frame whose step is queued on the GPU: the session's one in-flight
-    step (its outputs are being read back by ``HostReadback``)."""
-
-    frame: Frame
-    outputs: StepOutputs  # on the device
-    txn: StepTxn  # open until the step closes
-    known: Optional[bool]  # keyframe decided before the forward, else None
-
-
-@dataclass(frozen=True)
-class _Closed:
-    """A step that closed (committed or rolled back), its outcome not yet reported."""
-
-    frame: Frame
-    outputs: Optional[StepOutputs]
-    host: Optional[dict]  # its outputs on the host (``HostReadback`` views: valid one frame more)
-    keyframe: bool
-    rollover_due: bool  # its commit completes the segment: roll over before the next step
-    failed: Optional[FrameFailed] = None  # its pose was not finite (rolled back)
 
 
 class StreamingSession:
@@ -118,11 +90,10 @@ class StreamingSession:
         self._policy = make_policy(config.keyframes)  # keyframes
         self._segments = Segments(config)  # world alignment, rollovers, next anchors
         self._next = NextSegment(model, config)  # a sliced rollover's anchor step, building
-        # The stream's caches, backend and graphs; sized on the first frame (patch grid).
-        self._runner: Optional[StreamRunner] = None
+        self._runner: Optional[StreamRunner] = None  # caches, graphs: sized on a first frame
         self._model_hw: Optional[tuple[int, int]] = None
         self._anchors: list[Frame] = []  # frames waiting for the scale phase
-        self._flight: Optional[_Flight] = None  # the step on the GPU (``_take_flight``)
+        self._flight: Optional[Flight] = None  # the step on the GPU (``_take_flight``)
         self._readback = HostReadback()
         self._ready: list[Outcome] = []  # finished frames not yet collected, in order
         self._next_index = 0  # frames taken since the stream (re)started
@@ -135,8 +106,7 @@ class StreamingSession:
         self._restarts: Counter = Counter()  # by kind; survives restarts, cleared by reset()
         self._counts: Counter = Counter()
         self._fingerprint = InputFingerprint()  # the input's first frames, for snapshots
-        # Uploads and preprocessing of the next frame run beside the current step's replay.
-        self._upload = FrameUpload(config)
+        self._upload = FrameUpload(config)  # the next frame's, beside the current replay
         self.reset()
 
     # -- public API ------------------------------------------------------------------------
@@ -213,7 +183,8 @@ class StreamingSession:
             if hw != self._model_hw:
                 self._allocate(hw)
             if self._next.built:  # a sliced rollover's anchors are ready: the new segment
-                self._start_next_segment()
+                self._next.adopt(self._runner, self._policy, self._segments)
+                self._counts["rollovers"] += 1
             frame = self._take(tensor, stamp_ns, crop, t0, with_depth)
         return frame.ticket
 
@@ -237,11 +208,9 @@ class StreamingSession:
         return self._flight is None or self._readback.ready()
 
     def reset(self) -> None:
-        """Forget the stream: caches (kept allocated), trajectory, segment, policy, counters.
-        A frame in flight and outcomes not yet collected are dropped.
-
-        The next frame may have another model input size (then the caches are reallocated).
-        """
+        """Forget the stream: caches (kept allocated; a next frame of another size
+        reallocates them), trajectory, segment, policy, counters. A frame in flight and
+        outcomes not yet collected are dropped."""
         self._clear_stream()
         self._ready = []
         self._counts.clear()
@@ -275,24 +244,13 @@ class StreamingSession:
     def info(self) -> SessionInfo:
         """Counters, phase, segment, timing and cache state (for services and diagnostics)."""
         if self._runner is not None:
-            stream = StreamInfo.from_runner(self._runner.info())
-        else:
-            attention, fast_path = fast_path_of(self.model, self.config)
-            stream = StreamInfo(attention, fast_path, self.fused_kernels, None, 0, 0, 0,
-                                None, None)
-        segments = self._segments
-        return session_info(
-            counts=self._counts, restarts=self._restarts, started=segments.started,
-            anchors_buffered=len(self._anchors), config=self.config, segment=segments.number,
-            segment_keyframes=segments.keyframes, rollover_building=self._next.pending,
-            model_hw=self._model_hw, trajectory_poses=len(self.trajectory),
-            latency=self._latency.summary(), stream=stream)
+            return session_info(self, StreamInfo.from_runner(self._runner.info()))
+        return session_info(self, StreamInfo.idle(*fast_path_of(self.model, self.config),
+                                                  self.fused_kernels))
 
     def fast_path(self) -> str:
         """``cuda_graph`` when streaming steps are graph replays, else why they are eager."""
-        if self._runner is not None:
-            return self._runner.fast_path
-        return fast_path_of(self.model, self.config)[1]
+        return self.info().stream.fast_path
 
     # -- the stream ------------------------------------------------------------------------
     def _take(self, image: torch.Tensor, stamp_ns: int, crop, t0: float,
@@ -323,14 +281,6 @@ class StreamingSession:
         self._restarts[event.kind] += 1
         self._events.append(event)
 
-    def _drop_pipeline(self) -> None:
-        """Drop the frame in flight, a rollover being built and outcomes not collected (a
-        snapshot being loaded)."""
-        if self._take_flight() is not None:
-            self._readback.discard()
-        self._next.drop()
-        self._ready = []
-
     def _clear_stream(self) -> None:
         if self._take_flight() is not None:  # (only a reset gets here with one)
             self._readback.discard()
@@ -345,7 +295,7 @@ class StreamingSession:
         self.trajectory.reset()
         self._latency.clear()
 
-    def _take_flight(self) -> Optional[_Flight]:
+    def _take_flight(self) -> Optional[Flight]:
         """The one place the in-flight step is let go (to close it, or on a reset)."""
         flight, self._flight = self._flight, None
         return flight
@@ -382,7 +332,7 @@ class StreamingSession:
         # rule for both the fixed interval and the flow mode).
         self._publish(results)
 
-    def _launch(self, frame: Frame, with_depth: Optional[bool]) -> _Flight:
+    def _launch(self, frame: Frame, with_depth: Optional[bool]) -> Flight:
         # A keyframe known before the forward evicts first; any other frame is speculative
         # and sees the un-evicted window (the reference's deferred eviction).
         known = self._policy.known_before_forward(frame.index)
@@ -396,9 +346,9 @@ class StreamingSession:
             txn.rollback()
             raise
         self._laps.lap("readback_start")
-        return _Flight(frame, outputs, txn, known)
+        return Flight(frame, outputs, txn, known)
 
-    def _plan_ahead(self, flight: _Flight) -> None:
+    def _plan_ahead(self, flight: Flight) -> None:
         """While ``flight`` runs on the GPU, prepare the next frame's step as it will be if
         ``flight`` closes as expected: a keyframe known in advance is committed, any other
         frame rolled back (a flow frame's fate is a guess; a wrong guess, a failure or a
@@ -413,7 +363,7 @@ class StreamingSession:
             self._counts["plan_ahead_failed"] += 1
         self._laps.lap("plan_ahead")
 
-    def _close_flight(self) -> Optional[_Closed]:
+    def _close_flight(self) -> Optional[Closed]:
         """Wait for the frame in flight (if any), check it, decide its fate and close its
         step: all that the next step depends on. Its outcome is ``_report``'s."""
         flight = self._take_flight()
@@ -428,7 +378,7 @@ class StreamingSession:
         frame, outputs, txn = flight.frame, flight.outputs, flight.txn
         failed = self._check_finite(host, txn, f"frame {frame.index}", [frame])
         if failed is not None:
-            return _Closed(frame, None, None, False, False, failed)
+            return Closed(frame, None, None, False, False, failed)
         depth = outputs.depth[0, ..., 0] if outputs.depth is not None else None
         keyframe = flight.known if flight.known is not None else self._policy.decide(
             frame.index, depth, outputs.intrinsics[0], outputs.c2w[0])
@@ -440,9 +390,9 @@ class StreamingSession:
         else:
             txn.rollback()
         self._laps.lap("close")
-        return _Closed(frame, outputs, host, keyframe, rollover_due)
+        return Closed(frame, outputs, host, keyframe, rollover_due)
 
-    def _report(self, closed: Optional[_Closed]) -> None:
+    def _report(self, closed: Optional[Closed]) -> None:
         """Queue the outcome of a closed step (host work only, but for a keyframe's depth
         kept for the next segment's anchors), then roll the segment over if it is due."""
         if closed is None:
@@ -463,22 +413,12 @@ class StreamingSession:
 
     def _roll_over(self) -> None:
         """The segment is complete: blocking, the next one starts now; sliced, its anchor
-        step starts building beside the stream (or, past the slack, is finished now)."""
-        segments = self._segments
+        step builds beside the stream (``NextSegment.segment_complete``)."""
         if self.config.rollover_mode == "blocking":
-            segments.roll_over(self._runner, self._policy)
+            self._segments.roll_over(self._runner, self._policy)
             self._counts["rollovers"] += 1
-        elif not self._next.pending:
-            self._next.start(segments.next_anchors(), self._model_hw)
-        elif segments.keyframes >= self.config.rollover_keyframes + ROLLOVER_SLACK_KEYFRAMES:
-            self._next.advance()  # the caches' slack is used up: built now, taken next frame
-
-    def _start_next_segment(self) -> None:
-        """Between two frames: the built anchors become the stream's new segment."""
-        anchors, outputs = self._next.take(self._runner)
-        self._policy.reset()
-        self._segments.start_next(anchors, outputs)
-        self._counts["rollovers"] += 1
+        else:
+            self._next.segment_complete(self._segments, self._model_hw)
 
     def _publish(self, results: list[FrameResult]) -> None:
         """The one place results change the session: trajectory, counters, latency, queue."""
@@ -491,16 +431,13 @@ class StreamingSession:
 
     def _check_finite(self, host: dict, txn, what: str,
                       frames: list[Frame]) -> Optional[FrameFailed]:
-        """Roll the step back and return its ``FrameFailed`` if a pose is not finite
-        (diverged weights, a bf16 overflow): such a frame must not enter the caches or the
-        trajectory. (Checked on the pose read back for the result: no extra wait.)"""
-        if np.isfinite(host["pose_enc"]).all():
-            return None
-        txn.rollback()
-        self._counts["failed_non_finite"] += 1
-        return FrameFailed("non_finite", f"{what}: the model's pose is not finite; the step "
-                                         "was rolled back", [f.stamp_ns for f in frames],
-                           [f.ticket for f in frames])
+        """Roll the step back, count it and return its ``FrameFailed`` if a pose is not
+        finite (``non_finite``)."""
+        failed = non_finite(host, what, frames)
+        if failed is not None:
+            txn.rollback()
+            self._counts["failed_non_finite"] += 1
+        return failed
 
     def _needs_depth(self, wanted: Optional[bool] = None) -> bool:
         """Depth is needed for outputs (``wanted``, else ``config.with_depth``), the flow

@@ -1,5 +1,5 @@
 """A session's state as plain data, and back: the assembly between ``StreamingSession`` and
-the snapshot format (``snapshot.py``).
+the snapshot format (``snapshot_codec.py``).
 
     state = session_state(...)                     # SessionSnapshots.state_dict: each
                                                    # owner's state_dict + the pipeline's own
@@ -31,8 +31,9 @@ from .keyframes import KeyframePolicy, make_policy
 from .next_segment import NextSegment
 from .results import Frame
 from .segments import Segments
-from .snapshot import (SnapshotData, SnapshotError, check_compatible, read_snapshot,
+from .snapshot_codec import (SnapshotData, SnapshotError, check_compatible, read_snapshot,
                        snapshot_data, write_snapshot)
+from .snapshot_parts import check_stream_state
 from .stats import HostLaps, LatencyWindow
 from .stream_runner import StreamRunner
 
@@ -98,6 +99,7 @@ def load_session_state(state: dict, model, config: SessionConfig,
     """Fresh owners holding ``state`` (``session_state``'s tree, of a session of the same
     model and configuration; the runner's pages come from a fresh pool and record into
     ``laps``). Raises on a state that does not load (``SnapshotError`` among others)."""
+    check_stream_state(state)  # every registered stream part (session/snapshot_parts.py)
     dev = torch.device(config.device)
     hw = None if state["model_hw"] is None else tuple(int(x) for x in state["model_hw"])
     inputs = InputPolicy(config)
@@ -188,7 +190,10 @@ class SessionSnapshots:
         except ValueError as exc:
             raise SnapshotError(str(exc)) from None
         # -- swap (nothing below can fail) --
-        s._drop_pipeline()
+        if s._take_flight() is not None:  # the frame in flight, a rollover being built and
+            s._readback.discard()         # outcomes not collected are dropped
+        s._next.drop()
+        s._ready = []
         s._runner, s._model_hw = loaded.runner, loaded.model_hw
         s._next = loaded.next_segment
         s._input, s._policy = loaded.inputs, loaded.policy

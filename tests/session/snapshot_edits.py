@@ -3,7 +3,7 @@ reseal it (its marker's checksum made to match), so the checks after the checksu
 import hashlib
 from pathlib import Path
 
-from lingbot_ros.session.snapshot_files import FORMAT, FORMAT_VERSION, MANIFEST, MARKER
+from lingbot_ros.session.snapshot_folder import FORMAT, FORMAT_VERSION, MANIFEST, MARKER
 
 
 def reseal(path: Path, manifest: bytes) -> None:

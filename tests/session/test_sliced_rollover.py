@@ -197,8 +197,8 @@ def test_sliced_caches_hold_the_slack_so_nothing_grows_meanwhile():
 
 
 def test_a_build_still_running_when_the_slack_is_used_up_is_finished_at_once(monkeypatch):
-    import lingbot_ros.session.session as session_module
-    monkeypatch.setattr(session_module, "ROLLOVER_SLACK_KEYFRAMES", 2)
+    import lingbot_ros.session.next_segment as next_segment_module
+    monkeypatch.setattr(next_segment_module, "ROLLOVER_SLACK_KEYFRAMES", 2)
     cfg = config(rollover_mode="sliced", rollover_slices_per_frame=1,
                  keyframes=KeyframeConfig(policy="all"))
     s = StreamingSession(micro_model(), cfg)

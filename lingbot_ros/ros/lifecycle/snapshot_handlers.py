@@ -11,8 +11,8 @@ ticks /diagnostics and answers other services meanwhile (at the released size th
 alone is hundreds of MB to GB: the executor never waits for it).
 
 The node's own state (the voxel map of ~/map_points, the ~/path history) and the stream's
-scale estimate (``ScaleStream.state_dict``, key ``scale``) go into the same directory
-(``front_end_state``).
+scale estimate (its ``state_dict``) go into the same directory (``front_end_state``), each
+as the snapshot part the one registry names (``session/snapshot_parts.py``).
 
 On restore the scale estimate continues (LOCKED stays LOCKED at the same metres per unit):
 ``check_scale`` refuses a snapshot whose estimate was made under another ``scale.source``
@@ -33,14 +33,10 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from ...scale import SNAPSHOT_KEY
-from ...session import SnapshotError, write_snapshot
+from ...session import SCALE, SnapshotError, front_end_state, saved_part, write_snapshot
 
 __all__ = ["SnapshotJob", "wait_done", "take_state", "start_save", "SnapshotError",
            "scale_state", "check_scale", "restore_scale", "NodeSnapshots"]
-
-SCALE_KEY = SNAPSHOT_KEY  # front_end_state[SCALE_KEY]: ScaleStream.state_dict() (one schema)
-
 
 class SnapshotJob:
     """A snapshot being taken and written in the background; ``wait`` gives (success,
@@ -140,15 +136,15 @@ async def wait_done(job: SnapshotJob, executor) -> tuple[bool, str, int, int]:
     return job.wait(0)
 
 
-def take_state(session, front_end_state: Optional[dict] = None,
+def take_state(session, front_end: Optional[dict] = None,
                extra: Optional[dict] = None, scale=None) -> tuple:
     """(the stream's host copy, the ms it took): call it between frames (the caller holds
     the worker). ``scale``: the stream's ``ScaleStream`` (its estimate is saved with the
     node's state). ``SnapshotError`` if the session is mid-frame."""
     t0 = time.perf_counter()
     if scale is not None:
-        front_end_state = dict(front_end_state or {}, **{SCALE_KEY: scale.state_dict()})
-    data = session.snapshots.take(extra=extra, front_end_state=front_end_state)
+        front_end = dict(front_end or {}, **front_end_state({SCALE: scale}))
+    data = session.snapshots.take(extra=extra, front_end_state=front_end)
     return data, (time.perf_counter() - t0) * 1e3
 
 
@@ -161,8 +157,7 @@ def start_save(session, path, front_end_state: Optional[dict] = None,
 
 def scale_state(manifest: Optional[dict]) -> Optional[dict]:
     """The scale estimate a snapshot's manifest holds (None: saved without one)."""
-    front_end = (manifest or {}).get("front_end_state") or {}
-    return front_end.get(SCALE_KEY) if isinstance(front_end, dict) else None
+    return saved_part((manifest or {}).get("front_end_state"), SCALE)
 
 
 def check_scale(manifest: Optional[dict], scale) -> None:

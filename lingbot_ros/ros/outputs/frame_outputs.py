@@ -31,7 +31,7 @@ from tf2_msgs.msg import TFMessage
 
 from ...geometry import frame_points, rigid_inverse
 from ...scale import ScaleConfig, ScaleEstimate, depth_to_metres, units_header
-from ...session import FrameResult
+from ...session import PATH_RECORDS, VOXEL_MAP, FrameResult, front_end_state, saved_part
 from ..params.node_config import NodeConfig
 from ..tf.frame_chain import FrameChain, body_velocity
 from ..tf.tree import TransformError
@@ -66,23 +66,6 @@ class OutputFacts:
     def info(self) -> dict:
         """Diagnostics key/values."""
         return {"tf_failures": self.tf_failures, "scale_withheld_frames": self.withheld}
-
-
-def node_state(voxel_map=None, path_records: Optional[np.ndarray] = None) -> dict:
-    """The node's own state for a snapshot: the voxel map (``VoxelMap.state_dict``) and the
-    ~/path history (its serialized records, oldest first)."""
-    return {"voxel_map": None if voxel_map is None else voxel_map.state_dict(),
-            "path_records": None if path_records is None else np.ascontiguousarray(path_records)}
-
-
-def load_node_state(state: Optional[dict], voxel_map=None):
-    """Load the voxel map of ``node_state``'s output into ``voxel_map`` (when both exist);
-    returns the path records (or None)."""
-    if not state:
-        return None
-    if voxel_map is not None and state.get("voxel_map") is not None:
-        voxel_map.load_state_dict(state["voxel_map"])
-    return state.get("path_records")
 
 
 class HeldFrame(NamedTuple):
@@ -264,14 +247,17 @@ class Outputs:
         self._published_model_units = False
 
     def node_state(self) -> dict:
-        """The outputs' own state for a stream snapshot: the voxel map, the ~/path history."""
-        return node_state(self.map, self.path.records())
+        """The outputs' own state for a stream snapshot: the voxel map (None without one)
+        and the ~/path history, as snapshot parts (``session/snapshot_parts.py``)."""
+        return front_end_state({VOXEL_MAP: self.map, PATH_RECORDS: self.path})
 
-    def load_node_state(self, state) -> None:
-        """Continue a restored snapshot's map and path (what ``node_state`` saved)."""
-        records = load_node_state(state, self.map)
-        if records is not None:
-            self.path.load_records(records)
+    def load_node_state(self, state: Optional[dict]) -> None:
+        """Continue a restored snapshot's map and path (what ``node_state`` saved; a part
+        the snapshot lacks, or this node has no owner for, is left as it is)."""
+        for key, owner in ((VOXEL_MAP, self.map), (PATH_RECORDS, self.path)):
+            saved = saved_part(state, key)
+            if owner is not None and saved is not None:
+                owner.load_state_dict(saved)
 
     def restart(self) -> None:
         """The stream restarted itself: no twist across the restart; frames kept for the

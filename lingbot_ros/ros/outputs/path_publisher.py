@@ -15,6 +15,7 @@ import math
 import threading
 import time
 
+import numpy as np
 from nav_msgs.msg import Path
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.clock import Clock, ClockType
@@ -86,6 +87,14 @@ class PathPublisher:
         """The history's records, oldest first (a stream snapshot's part)."""
         with self._path_lock:
             return self._path_poses.records()
+
+    def state_dict(self):
+        """The history as a snapshot part: its records, oldest first (one array)."""
+        return np.ascontiguousarray(self.records())
+
+    def load_state_dict(self, records) -> None:
+        """Continue a snapshot's history (``state_dict``'s output)."""
+        self.load_records(records)
 
     def load_records(self, records) -> None:
         """Replace the history by ``records`` (a restored snapshot's); published soon."""

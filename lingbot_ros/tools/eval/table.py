@@ -43,7 +43,7 @@ from ..offline.outputs import EXIT_INTERRUPTED, OFFLINE_FILES
 from ..offline.scale_args import add_scale_args
 from ..out_folder import OurFile, check_our_folder, check_out_folder
 from .fleet import (Manifest, OutputTree, UnitProgress, execute_unit, input_fingerprint,
-                    plan_units, run_settings, settings_digest, worker_table)
+                    plan_units, run_settings, settings_digest, unit_run, worker_table)
 from .fleet.manifest import FORMAT as MANIFEST_FORMAT, MANIFEST
 
 log = logging.getLogger("lingbot_ros.eval")
@@ -295,7 +295,7 @@ def _run_all(args, units, settings, tree) -> int:
         stats = list(runner.stats.values())
     elif todo:
         try:
-            model = load_model(args)
+            model = load_model(unit_run(settings))
         except (FileNotFoundError, ValueError, RuntimeError) as exc:
             log.error("%s", exc)
             return 2

@@ -27,7 +27,6 @@ run), 3 (a truncated bag: the frames before the cut), 130 (Ctrl-C): :mod:`.offli
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import sys
@@ -49,7 +48,9 @@ from ..metrics.trajectory import evaluate
 from ..out_folder import check_out_folder
 from ..sources.datasets import FORMATS, open_dataset
 from .outputs import (EXIT_ENDED_EARLY, EXIT_FAILED, EXIT_INTERRUPTED, SUMMARY_BEGINS,
-                              SUMMARY_FORMAT, RunState, planned_outputs)
+                              SUMMARY_FORMAT, RunState, checkpoint_identity, planned_outputs,
+                              stamp_range)
+from .run_spec import OfflineRun
 from .save_resume import OfflineSnapshots, add_snapshot_args
 from .scale_args import (OfflineScale, add_scale_args, parse_scale, parse_scale_params,
                             scale_config)
@@ -202,7 +203,8 @@ def point_map(args) -> Optional[VoxelMap]:
 
 
 def load_model(args):
-    """``(model, random_weights)`` for ``args`` (one load can serve several runs)."""
+    """``(model, random_weights)`` for the run ``args`` (an :class:`OfflineRun`; one load
+    can serve several runs)."""
     model, random_weights = load_session_model(
         session_config(args), args.preset, args.checkpoint,
         camera_head_precision=args.camera_head_precision,
@@ -230,18 +232,21 @@ def source_total(source) -> Optional[int]:
         return getattr(source, "frame_count", None) or None
 
 
-def run(args, model=None, state: Optional[RunState] = None) -> dict:
+def run(args: OfflineRun, model=None, state: Optional[RunState] = None) -> dict:
     """One sequence through a fresh session; writes the outputs and returns the summary.
     ``model``: ``(model, random_weights)`` from :func:`load_model` (else loaded here);
-    ``state``: follows the run (for the line an interruption ends on)."""
+    ``state``: follows the run (for the line an interruption ends on). Raises
+    :class:`~.run_spec.OfflineRunError` (CannotResume, BadRunOptions), OSError, ValueError."""
+    if not isinstance(args, OfflineRun):
+        raise TypeError(f"run() takes an OfflineRun, not {type(args).__name__}")
     state = state if state is not None else RunState(str(args.out))
     check_before_run(args)
     points = point_map(args)
     dataset = open_dataset(args.input, args.format, args.stamps, args.fps, args.topic,
-                           depth_topic=getattr(args, "depth_topic", None))
+                           depth_topic=args.depth_topic)
     log.info("%s", dataset.description)
     scale = OfflineScale(scale_config(args, dataset), dataset.depth, args.min_conf)
-    config = session_config(args, getattr(args, "ply", False) or scale.needs_depth)
+    config = session_config(args, args.ply or scale.needs_depth)
     source = dataset.source
     model, random_weights = model or load_model(args)
     session = StreamingSession(model, config)
@@ -249,7 +254,7 @@ def run(args, model=None, state: Optional[RunState] = None) -> dict:
     total = source_total(source)
     if args.max_frames is not None:
         total = min(total, args.max_frames) if total is not None else args.max_frames
-    state.total, state.snapshot_dir = total, getattr(args, "save_session", None)
+    state.total, state.snapshot_dir = total, args.save_session
     state.snapshots = snaps
     bar = state.bar = _progress(total, args.no_progress, Path(args.input).name)
     peak = {"bytes_reserved": 0, "tokens_visible": 0}
@@ -346,7 +351,7 @@ def run(args, model=None, state: Optional[RunState] = None) -> dict:
                                 "max_points": points.max_points,
                                 "dropped_nonfinite": points.dropped_nonfinite,
                                 "dropped_out_of_range": points.dropped_out_of_range}
-    if getattr(args, "plot", False):
+    if args.plot:
         from ..metrics.plot import plot_evaluation
         plot_evaluation(out / "trajectory.png", stamps, poses,
                         gt[0] if gt is not None else None, gt[1] if gt is not None else None,
@@ -373,19 +378,6 @@ def _ground_truth(args, dataset):
     return dataset.ground_truth
 
 
-def checkpoint_identity(path: Optional[str]) -> Optional[dict]:
-    """Name, size and SHA-256 of the weights: which checkpoint made these numbers."""
-    if not path:
-        return None
-    p = Path(path)
-    digest = hashlib.sha256()
-    with open(p, "rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
-            digest.update(block)
-    return {"path": str(p.resolve()), "name": p.name, "bytes": p.stat().st_size,
-            "sha256": digest.hexdigest()}
-
-
 def settings_of(args, config: SessionConfig, info: SessionInfo) -> dict:
     """Everything that decides the numbers of a run."""
     kf = config.keyframes
@@ -402,22 +394,14 @@ def settings_of(args, config: SessionConfig, info: SessionInfo) -> dict:
             "fused_kernels": stream.fused_kernels,
             "fused_kernel_names": list(stream.fused_kernel_names or []),
             "camera_head_precision": args.camera_head_precision, "max_diff_s": args.max_diff,
-            "offset_s": args.offset, "scale": getattr(args, "scale", "none"),
-            "scale_params": list(getattr(args, "scale_param", None) or []),
-            "depth_topic": getattr(args, "depth_topic", None)}
-
-
-def stamp_range(stamps: np.ndarray) -> dict:
-    if not len(stamps):
-        return {"first_s": None, "last_s": None, "duration_s": 0.0}
-    return {"first_s": int(stamps[0]) / 1e9, "last_s": int(stamps[-1]) / 1e9,
-            "duration_s": (int(stamps[-1]) - int(stamps[0])) / 1e9}
+            "offset_s": args.offset, "scale": args.scale,
+            "scale_params": list(args.scale_param), "depth_topic": args.depth_topic}
 
 
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args = parse_args(argv)
-    state = RunState(str(args.out))
+    args = OfflineRun.from_namespace(parse_args(argv))
+    state = RunState(args.out)
     try:
         summary = run(args, state=state)
     except KeyboardInterrupt:

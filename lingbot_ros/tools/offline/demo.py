@@ -22,6 +22,7 @@ from ..out_folder import OurFile, OutRefused, check_out_folder
 from ..synthetic.render import render_sequence
 from ..synthetic.writers import write_bag
 from .cli import RANDOM_WEIGHTS_NOTICE, parse_args as offline_args, run
+from .run_spec import OfflineRun
 from .outputs import EXIT_FAILED, planned_outputs
 
 
@@ -68,7 +69,7 @@ def main(argv=None) -> int:
     else:  # the tiny network at a small input: 84x112 = 6x8 patches per frame
         run_args += ["--width", "112", "--scale-frames", "4", "--window", "16",
                      "--rollover", "24", "--keyframes", "every_n", "--keyframe-n", "2"]
-    summary = run(offline_args(run_args))
+    summary = run(OfflineRun.from_namespace(offline_args(run_args)))
     print(json.dumps({k: summary[k] for k in (
         "frames_read", "frames_processed", "keyframes", "non_keyframes", "rollovers", "fps",
         "cache_peak", "num_points", "outputs")}, indent=2, default=str))

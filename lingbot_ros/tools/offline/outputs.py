@@ -5,6 +5,7 @@ stops early.
 begins with, for :func:`lingbot_ros.tools.out_folder.check_out_folder` (an existing one is
 replaced only if we wrote it). :class:`RunState` follows a run (frames read, files written)
 so that an interrupted one ends on one line saying where it stopped and what was written.
+:func:`checkpoint_identity` and :func:`stamp_range` are parts of ``summary.json``.
 
 Exit statuses of ``lingbot-ros-offline`` (docs/evaluation.md):
 
@@ -19,16 +20,20 @@ Exit statuses of ``lingbot-ros-offline`` (docs/evaluation.md):
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
+
+import numpy as np
 
 from ...geometry import PLY_HEADER, TUM_HEADER
 from ..metrics.plot import PNG_SOFTWARE
 from ..out_folder import OurFile
 
 __all__ = ["SUMMARY_FORMAT", "SUMMARY_BEGINS", "OFFLINE_FILES", "planned_outputs",
-           "RunState", "EXIT_FAILED", "EXIT_ENDED_EARLY", "EXIT_INTERRUPTED"]
+           "checkpoint_identity", "stamp_range", "RunState", "EXIT_FAILED",
+           "EXIT_ENDED_EARLY", "EXIT_INTERRUPTED"]
 
 EXIT_FAILED = 2
 EXIT_ENDED_EARLY = 3
@@ -125,3 +130,23 @@ class RunState:
             line += (f"; --save-session {self.snapshot_dir} holds the snapshot after input "
                      f"frame {self.snapshot_frame} (--resume continues from it)")
         return line
+
+
+def checkpoint_identity(path: Optional[str]) -> Optional[dict]:
+    """Name, size and SHA-256 of the weights: which checkpoint made these numbers."""
+    if not path:
+        return None
+    p = Path(path)
+    digest = hashlib.sha256()
+    with open(p, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            digest.update(block)
+    return {"path": str(p.resolve()), "name": p.name, "bytes": p.stat().st_size,
+            "sha256": digest.hexdigest()}
+
+
+def stamp_range(stamps: np.ndarray) -> dict:
+    if not len(stamps):
+        return {"first_s": None, "last_s": None, "duration_s": 0.0}
+    return {"first_s": int(stamps[0]) / 1e9, "last_s": int(stamps[-1]) / 1e9,
+            "duration_s": (int(stamps[-1]) - int(stamps[0])) / 1e9}

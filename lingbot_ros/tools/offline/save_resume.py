@@ -19,7 +19,7 @@ from a snapshot saved without it, and other ``--ply-voxel``, ``--ply-max-points`
 ``--ply-stride`` or ``--min-conf`` values.
 
 Both are checked before the first frame (``check_snapshot_args``): ``--resume`` must name a
-readable snapshot (its marker, checksum and files: ``session/snapshot_files.py``), and
+readable snapshot (its marker, checksum and files: ``session/snapshot_folder.py``), and
 ``--save-session`` a target a save may replace (nothing, an empty folder or a snapshot of
 ours; never a folder we did not write) in an existing folder.
 """
@@ -30,17 +30,15 @@ import logging
 from pathlib import Path
 from typing import Optional
 
-from ...scale import SNAPSHOT_KEY
-from ...session import (FINGERPRINT_FRAMES, SnapshotError, StreamingSession,
-                       check_replaceable, frame_digest, read_manifest)
+from ...session import (FINGERPRINT_FRAMES, SCALE, VOXEL_MAP, SnapshotError,
+                       StreamingSession, check_replaceable, front_end_state, frame_digest,
+                       read_manifest, saved_part)
+from .run_spec import BadRunOptions, CannotResume
 
 __all__ = ["add_snapshot_args", "OfflineSnapshots", "snapshot_frames_read",
            "check_snapshot_args", "recording_fingerprint"]
 
 log = logging.getLogger("lingbot_ros.offline")
-
-SCALE_KEY = SNAPSHOT_KEY  # front_end_state[SCALE_KEY]: ScaleStream.state_dict() (one schema)
-POINTS_KEY = "voxel_map"  # front_end_state[POINTS_KEY]: VoxelMap.state_dict() (--ply)
 
 
 def add_snapshot_args(p: argparse.ArgumentParser) -> None:
@@ -61,8 +59,9 @@ def snapshot_frames_read(path) -> int:
 
 
 def check_snapshot_args(args) -> None:
-    """``--save-session`` and ``--resume`` checked before the run: ``ValueError`` (or
-    ``FileNotFoundError``) saying why the run would fail at its end (or its start)."""
+    """``--save-session`` and ``--resume`` checked before the run: ``BadRunOptions``,
+    ``CannotResume`` (or ``FileNotFoundError``) saying why the run would fail at its end (or
+    its start)."""
     save_to, resume = getattr(args, "save_session", None), getattr(args, "resume", None)
     if save_to:
         target = Path(save_to)
@@ -72,12 +71,12 @@ def check_snapshot_args(args) -> None:
         try:
             check_replaceable(target)
         except OSError as exc:  # NotReplaced: not ours, a symlink, a file
-            raise ValueError(f"--save-session {save_to}: {exc}") from None
+            raise BadRunOptions(f"--save-session {save_to}: {exc}") from None
     if resume:
         try:
             read_manifest(resume)
         except SnapshotError as exc:
-            raise ValueError(f"--resume {resume}: {exc}") from None
+            raise CannotResume(f"--resume {resume}: {exc}") from None
 
 
 def recording_fingerprint(source) -> list[str]:
@@ -99,9 +98,9 @@ class OfflineSnapshots:
         self.save_to: Optional[Path] = Path(save_to) if save_to else None
         self.every = int(getattr(args, "snapshot_every", 0) or 0)
         if self.every < 0:
-            raise ValueError(f"--snapshot-every must be >= 0, got {self.every}")
+            raise BadRunOptions(f"--snapshot-every must be >= 0, got {self.every}")
         if self.every and self.save_to is None:
-            raise ValueError("--snapshot-every needs --save-session DIR")
+            raise BadRunOptions("--snapshot-every needs --save-session DIR")
         self.session = session
         self.start = 0  # input frames the resumed snapshot had read
         self.last_stamp: Optional[int] = None
@@ -117,16 +116,16 @@ class OfflineSnapshots:
             try:
                 manifest = session.snapshots.restore(resume)
             except SnapshotError as exc:
-                raise ValueError(f"--resume {resume}: {exc}") from None
+                raise CannotResume(f"--resume {resume}: {exc}") from None
             offline = manifest.get("extra", {}).get("offline")
             if not offline:
-                raise ValueError(f"--resume {resume}: not a snapshot of an offline run "
+                raise CannotResume(f"--resume {resume}: not a snapshot of an offline run "
                                  "(it does not say which input frames it had read)")
             self._resume_front_end(resume, offline, manifest.get("front_end_state") or {})
             self.start = int(offline["frames_read"])
             self.fingerprint = list((manifest.get("input") or {}).get("fingerprint") or [])
             if len(self.fingerprint) < min(self.start, FINGERPRINT_FRAMES):
-                raise ValueError(f"--resume {resume}: the snapshot records no fingerprint of "
+                raise CannotResume(f"--resume {resume}: the snapshot records no fingerprint of "
                                  "its input's first frames: it cannot be checked against "
                                  "this recording")
             self.last_stamp = offline.get("last_stamp_ns")
@@ -140,22 +139,22 @@ class OfflineSnapshots:
         when they do not fit this run's settings)."""
         scale, points = self.scale, self.points
         if scale is not None:
-            state = front_end.get(SCALE_KEY)
+            state = saved_part(front_end, SCALE)
             if state is None:
                 if scale.config.metric:
-                    raise ValueError(f"--resume {resume}: the snapshot holds no scale estimate "
+                    raise CannotResume(f"--resume {resume}: the snapshot holds no scale estimate "
                                      f"(made by an older build): --scale "
                                      f"{scale.config.source} cannot continue it")
             else:
                 try:
                     scale.load_state_dict(state)
                 except ValueError as exc:
-                    raise ValueError(f"--resume {resume}: {exc} (--scale, --scale-param)") \
+                    raise CannotResume(f"--resume {resume}: {exc} (--scale, --scale-param)") \
                         from None
         if points is not None:
-            state = front_end.get(POINTS_KEY)
+            state = saved_part(front_end, VOXEL_MAP)
             if state is None:
-                raise ValueError(f"--resume {resume}: the snapshot holds no point map (saved "
+                raise CannotResume(f"--resume {resume}: the snapshot holds no point map (saved "
                                  "without --ply): resume without --ply, or run the whole "
                                  "recording with it")
             saved = dict(offline.get("ply") or {}, voxel=state.get("initial_voxel_size"),
@@ -165,12 +164,12 @@ class OfflineSnapshots:
             diff = [f"{k}: saved {saved.get(k)!r}, here {v!r}" for k, v in here.items()
                     if saved.get(k) != v]
             if diff:
-                raise ValueError(f"--resume {resume}: the point map was made with other "
+                raise CannotResume(f"--resume {resume}: the point map was made with other "
                                  f"--ply settings ({'; '.join(diff)})")
             try:
                 points.load_state_dict(state)
             except (KeyError, TypeError, ValueError) as exc:
-                raise ValueError(f"--resume {resume}: the snapshot's point map is malformed "
+                raise CannotResume(f"--resume {resume}: the snapshot's point map is malformed "
                                  f"({exc})") from None
 
     def skip(self, frames_read: int, frame) -> bool:
@@ -180,12 +179,12 @@ class OfflineSnapshots:
             return False
         if frames_read <= len(self.fingerprint) and frame_digest(
                 frame.image, frame.stamp_ns, frame.encoding) != self.fingerprint[frames_read - 1]:
-            raise ValueError(f"--resume: input frame {frames_read} (stamp {frame.stamp_ns} ns) "
+            raise CannotResume(f"--resume: input frame {frames_read} (stamp {frame.stamp_ns} ns) "
                              "is not the snapshot's (its pixels or stamp differ): the snapshot "
                              "was made from another recording")
         if frames_read == self.start and self.last_stamp is not None and (
                 int(frame.stamp_ns) != int(self.last_stamp)):
-            raise ValueError(f"--resume: input frame {frames_read} has stamp "
+            raise CannotResume(f"--resume: input frame {frames_read} has stamp "
                              f"{frame.stamp_ns} ns, the snapshot's has {self.last_stamp} ns: "
                              "the snapshot was made from another recording")
         return True
@@ -197,7 +196,7 @@ class OfflineSnapshots:
 
     def finish(self, frames_read: int, keyframe_flags: list[bool]) -> None:
         if frames_read < self.start:
-            raise ValueError(f"--resume: the input has {frames_read} frames, the snapshot had "
+            raise CannotResume(f"--resume: the input has {frames_read} frames, the snapshot had "
                              f"read {self.start}")
         if self.save_to is not None:
             self.save(frames_read, keyframe_flags)
@@ -206,11 +205,10 @@ class OfflineSnapshots:
         extra = {"offline": {"frames_read": frames_read, "last_stamp_ns": self.last_stamp,
                              "keyframe_flags": [bool(k) for k in keyframe_flags],
                              "ply": self.ply}}
-        front_end = {}
-        if self.scale is not None:
-            front_end[SCALE_KEY] = self.scale.state_dict()
-        if self.points is not None:
-            front_end[POINTS_KEY] = self.points.state_dict()
+        # the run's own snapshot parts (session/snapshot_parts.py): those it has
+        front_end = front_end_state({k: v for k, v in ((SCALE, self.scale),
+                                                       (VOXEL_MAP, self.points))
+                                     if v is not None})
         path, nbytes = self.session.snapshots.save(self.save_to, extra=extra,
                                                    front_end_state=front_end)
         self.saves += 1

@@ -11,10 +11,10 @@ from .manifest import Manifest
 from .report import UnitProgress, WorkerStats, worker_table
 from .tree import OutputBusy, OutputTree
 from .units import (UnitResult, WorkUnit, error_result, execute_unit, input_fingerprint,
-                    plan_units, run_namespace, run_settings, settings_digest, sha256_file,
+                    plan_units, run_settings, settings_digest, sha256_file, unit_run,
                     unit_snapshot_args, unit_snapshot_folder)
 
 __all__ = ["Manifest", "UnitProgress", "WorkerStats", "worker_table", "OutputBusy",
            "OutputTree", "UnitResult", "WorkUnit", "error_result", "execute_unit",
-           "plan_units", "run_namespace", "run_settings", "settings_digest", "sha256_file",
+           "plan_units", "run_settings", "settings_digest", "sha256_file", "unit_run",
            "unit_snapshot_args", "unit_snapshot_folder", "input_fingerprint"]

@@ -24,7 +24,7 @@ except ImportError as exc:  # pragma: no cover - the message is the point
 from ...offline.cli import load_model
 from .report import WorkerStats
 from .tree import OutputTree
-from .units import UnitResult, WorkUnit, error_result, execute_unit, run_namespace
+from .units import UnitResult, WorkUnit, error_result, execute_unit, unit_run
 
 log = logging.getLogger("lingbot_ros.fleet")
 
@@ -68,7 +68,7 @@ class FleetWorker:
         self.name = f"{name}@{ray.util.get_node_ip_address()}"
         self.settings = settings
         self.tree = OutputTree(out_root)
-        self.model = load_model(run_namespace(settings))
+        self.model = load_model(unit_run(settings))
 
     def identity(self) -> dict:
         ctx = ray.get_runtime_context()

@@ -19,6 +19,7 @@ from typing import Optional
 from ....geometry import write_atomic
 from ....session import fingerprint_key
 from ...offline.cli import run
+from ...offline.run_spec import CannotResume, OfflineRun
 from ...offline.save_resume import recording_fingerprint
 from ...sources.datasets import open_dataset
 from .tree import OutputTree
@@ -105,12 +106,10 @@ def run_settings(args: argparse.Namespace) -> dict:
     return {k: v for k, v in sorted(vars(args).items()) if k not in DRIVER_ONLY}
 
 
-def run_namespace(settings: dict, policy: str = "all") -> argparse.Namespace:
-    """The offline runner's arguments for ``settings`` with keyframe policy ``policy`` (the
-    model itself does not depend on the policy)."""
-    args = argparse.Namespace(**settings)
-    args.keyframes, args.no_progress = policy, True
-    return args
+def unit_run(settings: dict, policy: str = "all", **unit) -> OfflineRun:
+    """The offline run of ``settings`` with keyframe policy ``policy`` (the model itself does
+    not depend on the policy); ``unit``: the unit's own fields (input, out, snapshots)."""
+    return OfflineRun.from_settings(settings, keyframes=policy, **unit)
 
 
 def settings_digest(settings: dict) -> str:
@@ -138,10 +137,9 @@ def execute_unit(unit: WorkUnit, settings: dict, model, tree: OutputTree, worker
     """Run ``unit`` through a fresh session on ``model`` into a staging folder of ``tree``,
     then commit it. Any failure is an ``"error"`` result (the caller decides on retries)."""
     staging = tree.new_staging(unit.key, worker)
-    run_args = run_namespace(settings, unit.policy)
-    run_args.input, run_args.out = unit.sequence, str(staging)
-    run_args.no_progress = not show_progress
-    snapshots = unit_snapshot_args(unit, run_args, tree)
+    snapshots, snapshot_args = unit_snapshot_args(unit, settings, tree)
+    run_args = unit_run(settings, unit.policy, input=unit.sequence, out=str(staging),
+                        no_progress=not show_progress, **snapshot_args)
     final = tree.unit_dir(unit.key)
     try:
         summary = run(run_args, model)
@@ -156,7 +154,7 @@ def execute_unit(unit: WorkUnit, settings: dict, model, tree: OutputTree, worker
             shutil.rmtree(snapshots, ignore_errors=True)
     except Exception as exc:  # a unit's failure is its row, never the fleet's
         tree.discard(staging)
-        if snapshots is not None and run_args.resume and str(exc).startswith("--resume"):
+        if snapshots is not None and isinstance(exc, CannotResume):
             # an unusable snapshot (other settings, corrupted): the next attempt starts over
             log.warning("unit %s: %s; its snapshot is dropped", unit.key, exc)
             shutil.rmtree(snapshots, ignore_errors=True)
@@ -166,25 +164,27 @@ def execute_unit(unit: WorkUnit, settings: dict, model, tree: OutputTree, worker
     return UnitResult(unit.key, "ok", summary, worker, files=files)
 
 
-def unit_snapshot_args(unit: WorkUnit, run_args: argparse.Namespace,
-                       tree: OutputTree) -> Optional[Path]:
-    """Set the offline runner's snapshot options for ``unit``: save every
-    ``unit.snapshot_every`` frames to the unit's snapshot folder, and resume from it when
-    an earlier attempt left one. Returns that folder (None without snapshots). The
-    snapshot holds the run's own accumulators too (``--scale``'s estimate, ``--ply``'s point
-    map: lingbot_ros.tools.offline.save_resume), so a resumed unit writes the files of one run."""
-    run_args.save_session, run_args.snapshot_every, run_args.resume = None, 0, None
+def unit_snapshot_args(unit: WorkUnit, settings: dict,
+                       tree: OutputTree) -> tuple[Optional[Path], dict]:
+    """The offline run's snapshot fields for ``unit``: save every ``unit.snapshot_every``
+    frames to the unit's snapshot folder, and resume from it when an earlier attempt left
+    one. Returns that folder (None without snapshots) and the fields (save_session,
+    snapshot_every, resume). The snapshot holds the run's own accumulators too
+    (``--scale``'s estimate, ``--ply``'s point map: lingbot_ros.tools.offline.save_resume),
+    so a resumed unit writes the files of one run."""
+    none = {"save_session": None, "snapshot_every": 0, "resume": None}
     if not unit.snapshot_every:
-        return None
-    folder = unit_snapshot_folder(unit, tree, run_args)
+        return None, none
+    folder = unit_snapshot_folder(unit, tree, settings)
     if folder is None:  # the input cannot be read: its run fails and says why
-        return None
+        return None, none
     folder.parent.mkdir(parents=True, exist_ok=True)
-    run_args.save_session, run_args.snapshot_every = str(folder), unit.snapshot_every
+    resume = None
     if folder.exists():  # the offline run checks it (marker, settings, the input's frames)
-        run_args.resume = str(folder)
+        resume = str(folder)
         log.info("unit %s resumes from its snapshot %s", unit.key, folder)
-    return folder
+    return folder, {"save_session": str(folder), "snapshot_every": unit.snapshot_every,
+                    "resume": resume}
 
 
 def unit_snapshot_folder(unit: WorkUnit, tree: OutputTree, settings) -> Optional[Path]:

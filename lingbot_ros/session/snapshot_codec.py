@@ -1,5 +1,6 @@
-"""Stream snapshots on disk: a directory of ``manifest.json`` + safetensors files and our
-marker (``lingbot_ros_snapshot``: the format and the manifest's SHA-256), no pickle.
+"""The snapshot codec: a stream's state tree to a directory of ``manifest.json`` +
+safetensors files and our marker (``lingbot_ros_snapshot``: the format and the manifest's
+SHA-256), and back; no pickle.
 
     data = snapshot_data(model, config, origin, state)   # origin: WeightsIdentity.origin()
     path, nbytes = write_snapshot(data, "run1.snap")  # temp dir, fsync, one rename/exchange
@@ -15,7 +16,7 @@ checkpoint's SHA-256, or its random-weight preset and seed, or a digest of its w
 model, cache and stream configuration, the input size and the fingerprint of the input's
 first frames (``input.fingerprint``: ``session/fingerprint.py``), the dtypes, the page counts
 and the size and SHA-256 of each tensor file. The folder on disk -- what a save may replace,
-the atomic replace, safe reading -- is ``snapshot_files.py``.
+the atomic replace, safe reading -- is ``snapshot_folder.py``.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ import torch
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
-from .snapshot_files import (FORMAT, FORMAT_VERSION, MANIFEST, NotReplaced, SnapshotError,
+from .snapshot_folder import (FORMAT, FORMAT_VERSION, MANIFEST, NotReplaced, SnapshotError,
                              TempFolder, check_replaceable, fsync_dir, read_marked_manifest,
                              read_snapshot_file, sweep_stale, write_new_file)
 
@@ -162,7 +163,7 @@ def write_snapshot(data: SnapshotData, path) -> tuple[Path, int]:
     there, which is then removed). Only nothing, an empty folder or a complete snapshot of
     ours (marker and digest checked, no other file in it) is replaced; anything else is
     refused (``NotReplaced``, a ``FileExistsError``, with the reason). Temporary folders a
-    killed save left beside ``path`` are removed first (snapshot_files.py). Returns (path,
+    killed save left beside ``path`` are removed first (snapshot_folder.py). Returns (path,
     bytes written)."""
     path = Path(path)
     parent = path.parent
@@ -194,7 +195,7 @@ def write_snapshot(data: SnapshotData, path) -> tuple[Path, int]:
 
 def read_manifest(path) -> dict:
     """The manifest of the snapshot at ``path``: its marker, checksum, format and version
-    checked; every file opened without following a link or blocking (snapshot_files.py)."""
+    checked; every file opened without following a link or blocking (snapshot_folder.py)."""
     path = Path(path)
     blob = read_marked_manifest(path)
     try:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from lingbot_ros.session import SnapshotError, StreamingSession, read_manifest
-from lingbot_ros.session.snapshot import read_snapshot
-from lingbot_ros.session.snapshot_files import exchange_supported, sweep_stale
+from lingbot_ros.session.snapshot_codec import read_snapshot
+from lingbot_ros.session.snapshot_folder import exchange_supported, sweep_stale
 from tests.session.micro_model import micro_model
 from tests.session.test_snapshot import IMAGES, config, push_all
 

@@ -1,0 +1,102 @@
+"""What one offline run is: :class:`OfflineRun`, the typed description that
+:func:`~lingbot_ros.tools.offline.cli.run` takes, and the typed errors it raises.
+
+Both its builders make one: the command line (:meth:`OfflineRun.from_namespace`, from
+``lingbot-ros-offline``'s arguments, whose defaults are the run's) and the fleet
+(:meth:`OfflineRun.from_settings`, from a unit's settings: ``lingbot-ros-eval``'s options that
+decide the numbers, with the unit's input, output folder, policy and snapshots). Callers tell
+a failure's kind by its type (:class:`CannotResume`, :class:`BadRunOptions`), never by its
+message.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Optional
+
+__all__ = ["OfflineRun", "OfflineRunError", "BadRunOptions", "CannotResume"]
+
+
+class OfflineRunError(Exception):
+    """A run that cannot start or go on; the message says why, in one line."""
+
+
+class BadRunOptions(OfflineRunError, ValueError):
+    """Options that cannot make a run (values, or combinations of them)."""
+
+
+class CannotResume(OfflineRunError, ValueError):
+    """``--resume``'s snapshot cannot continue this run: unreadable, not an offline run's,
+    made with other settings or from another recording. Its saver may drop it and start
+    over."""
+
+
+@dataclass(frozen=True)
+class OfflineRun:
+    """Everything one run of a recording depends on (the options of ``lingbot-ros-offline``,
+    named as its flags; their meaning and defaults: ``lingbot-ros-offline --help``)."""
+    input: str
+    out: str
+    # how the sequence is read, and its ground truth
+    format: str
+    stamps: str
+    fps: float
+    topic: Optional[str]
+    gt: Optional[str]
+    max_diff: float
+    offset: float
+    # the network and the streaming session
+    checkpoint: Optional[str]
+    trust_checkpoint: bool
+    preset: str
+    device: str
+    camera_head_precision: str
+    backend: str
+    variant: str
+    width: int
+    height: Optional[int]
+    scale_frames: int
+    window: int
+    keyframes: str
+    keyframe_n: int
+    flow_threshold: float
+    max_gap: int
+    rollover: int
+    rollover_mode: str
+    rollover_slices: int
+    max_frames: Optional[int]
+    no_progress: bool
+    # outputs
+    ply: bool
+    ply_stride: int
+    ply_voxel: float
+    ply_max_points: int
+    min_conf: float
+    plot: bool
+    # metric scale
+    scale: str
+    scale_param: tuple
+    depth_topic: Optional[str]
+    # stream snapshots
+    save_session: Optional[str]
+    snapshot_every: int
+    resume: Optional[str]
+
+    @classmethod
+    def from_namespace(cls, args) -> "OfflineRun":
+        """The run ``lingbot-ros-offline``'s parsed arguments describe."""
+        values = {f.name: getattr(args, f.name) for f in fields(cls)}
+        values["scale_param"] = tuple(values["scale_param"] or ())
+        return cls(**values)
+
+    @classmethod
+    def from_settings(cls, settings: dict, *, input: str = "", out: str = "",
+                      keyframes: str = "all", no_progress: bool = True,
+                      save_session: Optional[str] = None, snapshot_every: int = 0,
+                      resume: Optional[str] = None) -> "OfflineRun":
+        """A fleet unit's run: ``settings`` (the options that decide the numbers, every
+        other field; TypeError for one missing or unknown) with the unit's own."""
+        values = dict(settings, input=input, out=out, keyframes=keyframes,
+                      no_progress=no_progress, save_session=save_session,
+                      snapshot_every=snapshot_every, resume=resume)
+        values["scale_param"] = tuple(values.get("scale_param") or ())
+        return cls(**values)
