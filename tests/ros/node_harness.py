@@ -240,6 +240,19 @@ class Probe(BackgroundNode):
     def pose_stamps(self) -> list[int]:
         return [stamp_ns(g.msg.header.stamp) for g in self.snapshot("poses")]
 
+    def wait_for_pose_of(self, stamp: int, timeout: float = 60.0) -> list[int]:
+        """The sentinel of "nothing else came": wait for the pose of ``stamp``, a good frame
+        published LAST, and return every pose stamp received by then.
+
+        The node takes images in order (one subscription, one queue, one worker) and its
+        reliable pose publisher keeps that order, so the pose of anything published before
+        the sentinel has arrived before the sentinel's: compare the returned list with the
+        expected one, instead of sleeping a while and hoping a stray pose would have come."""
+        self.wait_until(lambda: stamp in self.pose_stamps(), timeout,
+                        lambda: f"the pose of the sentinel frame {stamp} "
+                                f"(last poses: {self.pose_stamps()[-3:]})")
+        return self.pose_stamps()
+
     def last_diag(self) -> dict[str, str]:
         """The values of the latest /diagnostics message of the node ({} before the first)."""
         for got in reversed(self.snapshot("diagnostics")):

@@ -125,6 +125,19 @@ class RawReceiver(BackgroundNode):
             time.sleep(0.02)
         return False
 
+    def wait_for_last(self, last: dict[str, bytes], timeout: float) -> bool:
+        """Wait until each topic's ``last`` message (the one published LAST on it: the
+        sentinel) has arrived. A topic's messages come from one reliable writer in order, so
+        everything published on it before that one has arrived too: compare the whole list
+        then, instead of sleeping and hoping a stray message would have come."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if all(any(raw == r for r, _ in self.received[t]) for t, raw in last.items()):
+                    return True
+            time.sleep(0.02)
+        return False
+
 
 def start_replay(args: list[str], env: dict[str, str]) -> subprocess.Popen:
     """``python -m lingbot_ros.tools.replay.cli ARGS`` in a child process (text output)."""

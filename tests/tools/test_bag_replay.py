@@ -84,8 +84,9 @@ def test_replay_publishes_recorded_bytes(tmp_path, ros_env, recorded, storage):
                                            ros_env))
         assert rc == 0, err
         assert "acknowledged" not in err
-        assert rx.wait_for({IMAGE: FRAMES, TF: 5}, timeout=5), (rx.count(IMAGE), rx.count(TF))
-        time.sleep(0.2)  # nothing more may arrive
+        # each topic's last recorded message is its sentinel: all before it have arrived
+        assert rx.wait_for_last({IMAGE: raws(recorded, IMAGE)[-1], TF: raws(recorded, TF)[-1]},
+                                timeout=5), (rx.count(IMAGE), rx.count(TF))
     got = {t: [raw for raw, _ in rx.received[t]] for t in (IMAGE, TF)}
     assert got[IMAGE] == raws(recorded, IMAGE)
     assert got[TF] == raws(recorded, TF)
@@ -118,7 +119,7 @@ def test_full_size_frames_arrive_intact(tmp_path, ros_env):
     with RawReceiver({IMAGE: Image}) as rx:
         rc, out, err = finish(start_replay([str(bag), "--wait-for-subscribers", "1"], ros_env))
         assert rc == 0, err
-        assert rx.wait_for({IMAGE: len(frames)}, timeout=10), (rx.count(IMAGE), out)
+        assert rx.wait_for_last({IMAGE: frames[-1].raw}, timeout=10), (rx.count(IMAGE), out)
     assert [raw for raw, _ in rx.received[IMAGE]] == [f.raw for f in frames]
 
 
@@ -150,19 +151,24 @@ def test_remap_topic_filter_and_sensor_qos(tmp_path, ros_env, recorded):
         proc = start_replay([str(bag), "--topics", IMAGE, "--remap", f"{IMAGE}:=/robot/camera",
                              "--qos", "sensor", "--wait-for-subscribers", "1"], ros_env)
         assert rx.wait_for({"/robot/camera": 1}, timeout=15)
-        publishers = rx.node.get_publishers_info_by_topic("/robot/camera")
+        # The replay made all its publishers before it played: having heard one, this
+        # process has discovered them all (announced in order), none on /cam or /tf.
+        publishers = {t: rx.node.get_publishers_info_by_topic(t)
+                      for t in ("/robot/camera", IMAGE, TF)}
         rc, out, err = finish(proc)
         assert rc == 0, err
-        assert rx.wait_for({"/robot/camera": FRAMES}, timeout=5)
-        time.sleep(0.2)
-    assert [p.qos_profile.reliability for p in publishers] == [ReliabilityPolicy.BEST_EFFORT]
+        assert rx.wait_for_last({"/robot/camera": raws(recorded, IMAGE)[-1]}, timeout=5)
+    assert [p.qos_profile.reliability for p in publishers["/robot/camera"]] == \
+        [ReliabilityPolicy.BEST_EFFORT]
+    assert publishers[IMAGE] == [] and publishers[TF] == [], publishers
     assert [raw for raw, _ in rx.received["/robot/camera"]] == raws(recorded, IMAGE)
     assert rx.count(IMAGE) == 0 and rx.count(TF) == 0  # remapped away, filtered out
     assert "skipping" not in err  # /mystery was filtered out before its type was looked up
 
 
 def test_clock_follows_bag_time(tmp_path, ros_env, recorded):
-    from rclpy.serialization import deserialize_message
+    from builtin_interfaces.msg import Time
+    from rclpy.serialization import deserialize_message, serialize_message
     from rosgraph_msgs.msg import Clock
     Image, _ = message_types()
     bag = write_bag(tmp_path / "bag", "sqlite3", recorded, extra_types=THING)
@@ -171,11 +177,15 @@ def test_clock_follows_bag_time(tmp_path, ros_env, recorded):
         rc, out, err = finish(start_replay([str(bag), "--clock", "50", "--topics", IMAGE,
                                           "--wait-for-subscribers", "1"], ros_env))
         assert rc == 0, err
-        assert rx.wait_for({IMAGE: FRAMES}, timeout=5), (rx.count(IMAGE), out, err)
-        time.sleep(0.2)
+        assert rx.wait_for_last({IMAGE: raws(recorded, IMAGE)[-1]}, timeout=5), \
+            (rx.count(IMAGE), out, err)
+        # /clock's sentinel: the final tick, on the last message's time
+        last_ns = BAG_START_NS + int((FRAMES - 1) * 1e9 / HZ)
+        last_tick = serialize_message(Clock(clock=Time(sec=last_ns // 10**9,
+                                                       nanosec=last_ns % 10**9)))
+        assert rx.wait_for_last({"/clock": last_tick}, timeout=5), rx.count("/clock")
     clock_ns = [c.clock.sec * 10**9 + c.clock.nanosec
                 for c in (deserialize_message(raw, Clock) for raw, _ in rx.received["/clock"])]
-    last_ns = BAG_START_NS + int((FRAMES - 1) * 1e9 / HZ)
     assert len(clock_ns) >= 25, len(clock_ns)  # 50 Hz over >= 1 s of playback (+ settle)
     assert all(BAG_START_NS <= c <= last_ns for c in clock_ns), (clock_ns[0], clock_ns[-1])
     assert clock_ns == sorted(clock_ns)

@@ -87,9 +87,9 @@ def test_compressed_input_follows_the_image_remap(tmp_path, ros_env):
         for msg in frames:
             probe.publish_compressed(msg)
             time.sleep(0.02)
-        probe.wait_until(lambda: len(probe.poses) >= len(frames), 60, f"{len(frames)} poses")
-        time.sleep(0.3)
-        assert probe.pose_stamps() == stamps  # every frame (PNG, JPEG, WebP), nothing else
+        # frames[-1], published last, is the sentinel: every frame (PNG, JPEG, WebP), nothing
+        # else
+        assert probe.wait_for_pose_of(stamps[-1]) == stamps
 
         def counted():
             values = probe.last_diag()

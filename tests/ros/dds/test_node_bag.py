@@ -2,8 +2,6 @@
 process, the node in another, everything received over real DDS (loopback) by a probe here."""
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from tests.ros.node_harness import (IMAGE_TOPIC, NodeProcess, Probe, diag_values,
@@ -45,10 +43,9 @@ def test_bag_to_poses(tmp_path, ros_env, storage):
         before = probe.call("get_cache_info")
         assert before.success and before.info.frames_committed == 0, before.message
         replay(bag, ros_env)
-        probe.wait_until(lambda: len(probe.poses) >= FRAMES, 60, f"{FRAMES} poses")
-        # One pose per image, each with its image's stamp, in order, and no more.
-        time.sleep(0.5)
-        assert probe.pose_stamps() == image_stamps
+        # One pose per image, each with its image's stamp, in order, and no more: the bag's
+        # last image is the sentinel (a pose of anything before it comes before its pose).
+        assert probe.wait_for_pose_of(image_stamps[-1]) == image_stamps
         assert all(g.msg.header.frame_id == "map" for g in probe.snapshot("poses"))
 
         # The last TrackingStatus: every image received and processed, none dropped.

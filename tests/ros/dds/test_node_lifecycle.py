@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from tests.ros.node_data import IMAGE_TOPIC
 from tests.ros.node_harness import (ACTIVATE, ACTIVE, CLEANUP, CONFIGURE, DEACTIVATE,
                                     INACTIVE, SHUTDOWN_FROM, UNCONFIGURED,
                                     NodeProcess, Probe, good_images, stamp_ns)
@@ -13,7 +14,6 @@ from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
 
 PARAMS = {"autostart": False, "qos.image": "reliable", "qos.image_depth": 50,
           "queue_size": 50}
-QUIET_S = 1.5  # how long "no pose arrives" is watched
 
 
 def publish(probe, images) -> None:
@@ -22,36 +22,55 @@ def publish(probe, images) -> None:
         time.sleep(0.02)
 
 
+def assert_no_image_intake(probe) -> None:
+    """The node (discovered: it answered a service) has no subscription on the image topic:
+    an unconfigured or inactive node takes no images (the rest is checked after activate:
+    no pose, and the node's count of received images)."""
+    assert probe.image_pub.get_subscription_count() == 0
+    topics = dict(probe.node.get_subscriber_names_and_types_by_node("lingbot_ros", "/"))
+    assert IMAGE_TOPIC not in topics, sorted(topics)
+
+
+def received_by(probe, stamp: int) -> int:
+    """frames_received (the node's count of images that reached it) in the status of the
+    frame of ``stamp``."""
+    got = probe.wait_until(lambda: next((g.msg for g in probe.snapshot("status")
+                                          if stamp_ns(g.msg.header.stamp) == stamp), None),
+                           10, f"the status of the frame {stamp}")
+    return got.frames_received
+
+
 def test_lifecycle_transitions(tmp_path, ros_env):
     images = good_images(30)
     stamps = [stamp_ns(m.header.stamp) for m in images]
     with NodeProcess(ros_env, tmp_path, PARAMS) as node, Probe() as probe:
         assert probe.get_state(timeout=60) == (UNCONFIGURED, "unconfigured")
-        time.sleep(0.5)
-        assert probe.image_pub.get_subscription_count() == 0  # no intake before activate
+        assert_no_image_intake(probe)  # none before activate
 
         assert probe.change_state(CONFIGURE)
         assert probe.get_state() == (INACTIVE, "inactive")
+        # Answered: the probe knows the readers configure made (the services' ones). Inactive,
+        # the node has no intake: no image subscription among them.
         reply = probe.call("get_cache_info")
         assert reply.success and reply.info.frames_committed == 0, reply.message
-        publish(probe, images[:5])  # inactive: nobody listens
-        time.sleep(QUIET_S)
-        assert probe.poses == []
+        assert_no_image_intake(probe)
+        publish(probe, images[:5])  # inactive: the node must never see these
 
         assert probe.change_state(ACTIVATE)
         assert probe.get_state() == (ACTIVE, "active")
         probe.wait_for_image_subscriber()
         publish(probe, images[5:15])
-        probe.wait_until(lambda: len(probe.poses) >= 10, 60, "10 poses while active")
-        assert probe.pose_stamps() == stamps[5:15]
+        # images[14], published last, is the sentinel: poses of the inactive images would
+        # come before its pose; the node's own counter says whether it received them at all.
+        assert probe.wait_for_pose_of(stamps[14]) == stamps[5:15]
+        assert received_by(probe, stamps[14]) == 10, "images received while inactive"
 
         assert probe.change_state(DEACTIVATE)
         assert probe.get_state() == (INACTIVE, "inactive")
         probe.wait_until(lambda: probe.image_pub.get_subscription_count() == 0, 30,
                          "the image subscription to go away")
-        publish(probe, images[15:20])
-        time.sleep(QUIET_S)
-        assert len(probe.poses) == 10, "poses while inactive"
+        assert_no_image_intake(probe)
+        publish(probe, images[15:20])  # inactive again: never seen (checked after activate)
         reply = probe.call("get_cache_info")  # inactive: the session keeps its state
         assert reply.success and reply.info.frames_committed == 10, reply
 
@@ -60,8 +79,9 @@ def test_lifecycle_transitions(tmp_path, ros_env):
         assert probe.get_state() == (ACTIVE, "active")
         probe.wait_for_image_subscriber()
         publish(probe, images[20:25])
-        probe.wait_until(lambda: len(probe.poses) >= 15, 60, "poses after re-activation")
-        assert probe.pose_stamps() == stamps[5:15] + stamps[20:25]
+        # images[24]: the sentinel after the second inactive spell
+        assert probe.wait_for_pose_of(stamps[24]) == stamps[5:15] + stamps[20:25]
+        assert received_by(probe, stamps[24]) == 15, "images received while inactive"
         probe.wait_until(lambda: probe.status and probe.status[-1].msg.frame_index == 14, 10,
                          "the status of frame 14")
         assert probe.change_state(DEACTIVATE)

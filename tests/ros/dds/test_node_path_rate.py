@@ -31,6 +31,13 @@ def path_stamps(got) -> list[int]:
     return [stamp_ns(p.header.stamp) for p in got.msg.poses]
 
 
+def wait_for_path_of(probe, stamp: int) -> None:
+    """Until a Path ends with the pose of ``stamp`` (the sentinel frame, published last)."""
+    probe.wait_until(lambda: any(path_stamps(g)[-1:] == [stamp]
+                                 for g in probe.snapshot("paths")), 30,
+                     f"a Path ending with the sentinel frame {stamp}")
+
+
 def test_path_is_published_at_most_at_its_rate_and_ends_complete(tmp_path, ros_env):
     bag = tmp_path / "bag"
     make_bag(bag, FRAMES, "mcap")
@@ -68,18 +75,28 @@ def test_path_is_published_at_most_at_its_rate_and_ends_complete(tmp_path, ros_e
         watched = t_end - t_start
         assert len(paths) <= watched * RATE_HZ + 1, (len(paths), watched, lengths)
         assert len(paths) >= 2, lengths  # the first poses went out before the stream ended
-        # Nothing more: no poses held back, so no Path after the complete one.
-        time.sleep(2.0 / RATE_HZ)
-        assert len(probe.snapshot("paths")) == len(paths)
+        # Nothing more: no poses held back, so no Path after the complete one. The sentinel:
+        # one more frame, whose Path (every pose and its own) is the next one.
+        one, *new = good_images(1 + ANCHORS, start_ns=stamps[-1] + 10**9)
+        probe.wait_for_image_subscriber()
+        probe.publish_image(one)
+        wait_for_path_of(probe, stamp_ns(one.header.stamp))
+        after = probe.snapshot("paths")[len(paths):]
+        assert [path_stamps(g) for g in after] == [stamps + [stamp_ns(one.header.stamp)]]
 
-        # A reset publishes an empty Path at once (not throttled), and it stays the last.
+        # A reset publishes an empty Path at once (not throttled), and it stays the last: no
+        # Path of the old stream after it, up to the Path of the next frame (the sentinel).
         reply = probe.call("reset")
         assert reply.success, reply.message
         probe.wait_until(lambda: not probe.snapshot("paths")[-1].msg.poses, 30,
                          "an empty Path after the reset")
-        time.sleep(2.0 / RATE_HZ)
-        assert not probe.snapshot("paths")[-1].msg.poses
-        assert len(probe.snapshot("paths")) == len(paths) + 1
+        for msg in new:  # the new stream's anchor frames: their poses come together
+            probe.publish_image(msg)
+        new_stamps = [stamp_ns(m.header.stamp) for m in new]
+        wait_for_path_of(probe, new_stamps[-1])
+        after = [path_stamps(g) for g in probe.snapshot("paths")[len(paths) + 1:]]
+        assert after[0] == [] and after[-1] == new_stamps, after
+        assert all(p and p == new_stamps[:len(p)] for p in after[1:]), after
 
         node.interrupt()
         assert node.wait(30) == 0, node.log()[-3000:]

@@ -62,15 +62,14 @@ def test_reset_mid_stream(tmp_path, ros_env):
         time.sleep(0.5)
         for msg in images[-2:]:
             probe.publish_image(msg)
-        probe.wait_until(lambda: probe.pose_stamps()[-1:] == after[-1:], 60,
-                         "the pose of the last image")
-        time.sleep(0.5)  # nothing more may come
+        # The last image is the sentinel: the node handles images in order, so a pose of
+        # anything published before it has come before its pose.
+        poses = probe.wait_for_pose_of(after[-1])
 
         # Poses: a prefix of the images before the reset (processed in order before it; the
         # rest was dropped), then every image after it. A frame queued before the reset and
         # processed after it would be a pose of an earlier stamp after the reset's poses, or a
         # pre-reset stamp with a restarted frame index (below).
-        poses = probe.pose_stamps()
         k = len(poses) - len(after)
         assert 3 <= k < len(before), (k, len(before))
         assert poses == before[:k] + after
@@ -78,7 +77,11 @@ def test_reset_mid_stream(tmp_path, ros_env):
                 and stamp_ns(g.msg.header.stamp) in set(before)]
         assert not late, f"{len(late)} stale pose(s) arrived well after the reset response"
 
-        # ~/status: frame_index counts from 0 again after the reset.
+        # ~/status: frame_index counts from 0 again after the reset. The last image's status
+        # is this topic's sentinel.
+        probe.wait_until(lambda: after[-1] in [stamp_ns(g.msg.header.stamp)
+                                               for g in probe.snapshot("status")], 10,
+                         "the status of the last image")
         statuses = [g.msg for g in probe.snapshot("status")]
         assert [(stamp_ns(s.header.stamp), s.frame_index) for s in statuses] == \
             [(t, i) for i, t in enumerate(before[:k])] + [(t, i) for i, t in enumerate(after)]
