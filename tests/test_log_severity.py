@@ -104,7 +104,7 @@ def package_files() -> list[Path]:
 
 def test_the_package_has_modules_to_check():
     files = package_files()
-    assert len(files) > 50 and PACKAGE / "ros" / "frame_worker.py" in files
+    assert len(files) > 50 and PACKAGE / "ros" / "intake" / "worker.py" in files
 
 
 def test_no_logging_site_of_the_package_chooses_its_severity_at_run_time():

@@ -3,7 +3,7 @@
 Imported only where Triton imports (``fp8_mlp.quant_status``). One program per row: the row
 in float32 (GELU with erf, as ``F.gelu``), its max |v| / 448 as the row's scale (at least
 ``fp8_mlp.MIN_SCALE``), ``v / scale`` rounded to e4m3. The torch emulation in ``fp8_mlp``
-computes the same values (tests/model/test_fp8_mlp.py holds the two together on CUDA).
+computes the same values (tests/model/test_precisions.py holds the two together on CUDA).
 """
 from __future__ import annotations
 

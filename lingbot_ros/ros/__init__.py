@@ -1,16 +1,21 @@
-"""The ROS 2 layer: the only subpackage that imports rclpy and ROS message packages.
+"""The ROS 2 node; with ``clients/`` and ``tools/replay/``, the only code that imports rclpy and ROS
+message packages.
 
 - ``node``: the lifecycle node (``LingbotNode``); ``main``: the ``lingbot_ros_node`` entry
-  point (``python -m lingbot_ros.ros.node`` runs it too); ``background_job``: configure's
-  heavy part on a thread a signal need not wait for.
-- ``frame_worker``: the worker thread, queue -> session -> outputs (built without a node);
-  ``telemetry``: the node's counters, read as snapshots; ``gc_pauses``: the garbage
-  collector's full collections in the node process, timed.
-- ``param_table``: every parameter, one row each; ``params``: declared, checked and built
-  into ``Settings`` from it; ``node_config``: ``NodeConfig``.
-- ``convert``: sensor_msgs Image / CompressedImage <-> numpy arrays, with reject reasons.
-- ``outputs``, ``status``, ``services``, ``diagnostics``, ``health``: what the node
-  publishes and answers.
+  point (``python -m lingbot_ros.ros.node`` runs it too); ``services``: the services, on
+  narrow reads.
+- ``params/``: every parameter, one row each (``table``), declared and checked
+  (``declare``), built into ``NodeConfig`` (``node_config``); the image topic (``topics``).
+- ``intake/``: the image subscription, conversion (``convert``), the queue, the worker thread
+  (``worker``: queue -> session -> outputs, built without a node), ``StreamControl`` and the
+  scale source's inputs.
+- ``outputs/``: what leaves per frame (pose, odometry, TF, depth, points, ~/path, the map,
+  ~/scale).
+- ``tf/``: REP-105 frame algebra and our TF buffer (tree, listener, frame chain, robot frames).
+- ``status/``: ~/status, ~/cache_info, /diagnostics, health, the telemetry counters, the
+  worker's ``NodeFacts``, the collector's pauses.
+- ``lifecycle/``: configure's heavy part on a background thread, stream snapshots, the file
+  policy (files.root).
 
 Interfaces of the node come from the companion package ``lingbot_ros_interfaces`` (built by
 ``scripts/setup_ros.sh`` or colcon; see docs/ros.md). Submodules are imported explicitly, so

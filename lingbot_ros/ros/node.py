@@ -67,7 +67,7 @@ class LingbotNode(LifecycleNode):
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.finished = Future()  # done once the lifecycle shutdown ran: main() returns
         self.settings: Optional[params.Settings] = None
-        self.files: Optional[FileRoot] = None  # files.root: every caller's path (node_files.py)
+        self.files: Optional[FileRoot] = None  # files.root: every caller's path (file_policy.py)
         self.session: Optional[StreamingSession] = None
         self.telemetry = NodeTelemetry()  # counters since the node started (written by the worker)
         self.facts = FactsBoard()  # the worker's NodeFacts (the chain, the outputs' facts)

@@ -198,7 +198,7 @@ class Services:
         """~/save_session: the stream's snapshot (a directory), path rules as for
         ~/save_trajectory; the answer comes once it is on disk. A coroutine: the executor
         runs images, timers and the other services while the files are written
-        (session_snapshot.wait_done); a second save waits for the first (its own group)."""
+        (snapshot_handlers.wait_done); a second save waits for the first (its own group)."""
         node = self._node
         path = _target(self._calls.stream(), "no stream", request.path, response)
         if path is None:

@@ -9,7 +9,7 @@ import pytest
 
 from lingbot_ros.preprocess import preprocess
 from lingbot_ros.tools.sources.bag import BagSource, list_image_topics
-from lingbot_ros.tools.sources.files import Frame, ImageFolderSource, VideoSource, open_source
+from lingbot_ros.tools.sources.files import ImageFolderSource, SourceFrame, VideoSource, open_source
 from lingbot_ros.tools.synthetic.render import render_sequence
 from lingbot_ros.tools.synthetic.writers import write_bag, write_image_folder, write_video
 
@@ -19,7 +19,7 @@ def seq():
     return render_sequence(12, width=64, height=48)
 
 
-def as_rgb(frame: Frame) -> np.ndarray:
+def as_rgb(frame: SourceFrame) -> np.ndarray:
     """A yielded 3-channel frame -> RGB uint8 (for comparing with the rendered images)."""
     img, enc = frame.image, frame.encoding
     if enc.startswith("bgr"):

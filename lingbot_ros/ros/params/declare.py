@@ -1,4 +1,4 @@
-"""The node's parameters, driven by the table (``param_table.PARAMS``): declared with
+"""The node's parameters, driven by the table (``table.PARAMS``): declared with
 descriptors, checked while unconfigured, and turned into typed configs at configure.
 
 ``build_settings`` raises ValueError naming the parameter for anything invalid: the row's

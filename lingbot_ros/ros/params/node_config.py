@@ -1,7 +1,7 @@
 """NodeConfig: what the ROS node subscribes to and publishes (the session has its own config).
 
-Built by ``params.build_settings`` from the parameter table, whose rows also give every
-field's type and range (``param_table.rows("node")``): they are checked here, once. The rules
+Built by ``declare.build_settings`` from the parameter table, whose rows also give every
+field's type and range (``table.rows("node")``): they are checked here, once. The rules
 one value's range cannot say (non-empty names, distinct frames) are checked here too.
 """
 from __future__ import annotations
@@ -37,7 +37,8 @@ class NodeConfig:
     publish_map_to_odom: bool = True  # map -> odom (identity, or corrects another odometry)
     publish_odom_to_base: bool = True  # odom -> base (we are the odometry source)
     wait_for_extrinsic_s: float = 10.0  # base -> camera missing this long: diagnostics ERROR
-    # ~/odometry's constant diagonal covariance (model units: monocular scale)
+    # ~/odometry's constant diagonal covariance, in the outputs' units (metres once a scale
+    # source has locked, when the scale's own uncertainty is added)
     odom_position_var: float = 1e-2
     odom_orientation_var: float = 1e-3
     odom_linear_var: float = 1e-1
@@ -49,7 +50,7 @@ class NodeConfig:
     depth_rate_hz: float = 10.0  # ~/depth + ~/depth/camera_info; 0 = off
     map_points: bool = False  # accumulate keyframe points into ~/map_points
     map_rate_hz: float = 1.0  # keyframes added to the map and the map published at most this often
-    map_voxel_size: float = 0.05  # model units; doubles when the map reaches map_max_points
+    map_voxel_size: float = 0.05  # outputs' units; doubles when the map reaches map_max_points
     map_max_points: int = 1_000_000
     path_max_poses: int = 10_000  # 0 = unbounded
     cache_info_rate_hz: float = 1.0

@@ -326,7 +326,8 @@ PARAMS: tuple[Param, ...] = (
       "map voxel edge (the outputs' units: metres once a scale source locked); doubles when "
       "the map is full", range=(1e-4, 1e3)),
     P("map.max_points", int, 1_000_000, "node.map_max_points",
-      "memory bound of the map (16 bytes a point; at least 8: one voxel's corners)",
+      "memory bound of the map (up to 23 bytes held a point: xyz float32, rgb, its voxel "
+      "key; at least 8: one voxel's corners)",
       range=(8, 100_000_000)),
     P("publish.path_max_poses", int, 10_000, "node.path_max_poses",
       "poses kept in ~/path; 0 = all", range=(0, 10_000_000)),

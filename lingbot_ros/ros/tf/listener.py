@@ -1,4 +1,4 @@
-"""TfListener: feeds ``/tf`` and ``/tf_static`` into a :class:`~.tf_tree.TransformTree`.
+"""TfListener: feeds ``/tf`` and ``/tf_static`` into a :class:`~.tree.TransformTree`.
 
 ``/tf`` is subscribed reliable, volatile, keep-last 100; ``/tf_static`` reliable,
 transient-local, keep-last 100, so a listener that starts late still receives the latched

@@ -1,6 +1,6 @@
 """TransformTree: a small TF buffer (frames as a tree, REP-105) without tf2_ros.
 
-Pure numpy (no rclpy), so it is unit-testable anywhere; :mod:`.tf_listener` fills it from
+Pure numpy (no rclpy), so it is unit-testable anywhere; :mod:`.listener` fills it from
 ``/tf`` and ``/tf_static``.
 
 Conventions (as in :mod:`lingbot_ros.geometry.poses`): ``T_a_b`` is the pose of frame ``b`` in

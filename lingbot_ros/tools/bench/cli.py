@@ -26,7 +26,7 @@ caches).
 and per model stage (for a graphed configuration, from the same step launched eagerly).
 ``scale_estimator`` (``--scale-bench-frames``, default 500, 0 to skip): the metric-scale
 estimator's CPU microseconds per frame at 518x378 (each source: depth, camera_height,
-odometry, sample + update; bench_scale.py).
+odometry, sample + update; scale_cost.py).
 Prints a table and writes JSON.
 """
 from __future__ import annotations
@@ -217,7 +217,7 @@ def main(argv=None) -> int:
                    help="GPU time by kernel family and by stage: every config, or a comma list")
     p.add_argument("--snapshot", type=int, default=0, metavar="N",
                    help="instead of the speed runs: the cost of a stream snapshot after N "
-                   "frames (size, blocked, write and restore time; bench_snapshot.py)")
+                   "frames (size, blocked, write and restore time; snapshot_cost.py)")
     p.add_argument("--snapshot-window", type=int, default=4, help="--snapshot's window")
     p.add_argument("--snapshot-repeats", type=int, default=3, help="--snapshot's repeats")
     p.add_argument("--scale-bench-frames", type=int, default=500, metavar="N",
@@ -262,7 +262,7 @@ def main(argv=None) -> int:
               "torch": torch.__version__, "preset": args.preset,
               "command": "lingbot-ros-bench " + " ".join(sys.argv[1:] if argv is None else argv),
               "runs": []}
-    if args.scale_bench_frames > 0:  # CPU only: the per-frame scale work (bench_scale.py)
+    if args.scale_bench_frames > 0:  # CPU only: the per-frame scale work (scale_cost.py)
         report["scale_estimator"] = run_scale_bench(args.scale_bench_frames)
         print(scale_line(report["scale_estimator"]), flush=True)
     if args.parity_frames:  # first: the accuracy of the fast path is the precondition

@@ -1,6 +1,6 @@
 """lingbot-ros-bench's setup: the named configurations, the model built once per run, the
-session config of a configuration and the input images (shared by bench.py and
-bench_parity.py)."""
+session config of a configuration and the input images (shared by cli.py and
+parity.py)."""
 from __future__ import annotations
 
 from dataclasses import replace

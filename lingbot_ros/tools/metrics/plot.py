@@ -94,7 +94,7 @@ class PlotData:
     side: View
     keyframes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     note: str = ""
-    align: str = "sim3"  # the alignment drawn: sim3 | se3 | none (trajectory_eval.ALIGNMENTS)
+    align: str = "sim3"  # the alignment drawn: sim3 | se3 | none (trajectory.ALIGNMENTS)
     units: str = ""  # the estimate's own units without ground truth ("m", "model units")
 
     @property
@@ -192,8 +192,8 @@ def plot_data(est_stamps, est_poses, gt_stamps=None, gt_poses=None, keyframe_mas
               align: str = "sim3", units: str = "model units") -> PlotData:
     """Everything :func:`plot_evaluation` draws, without matplotlib.
 
-    With ground truth, the association (:func:`~.trajectory_eval.associate`) and the alignment
-    of the associated positions (:func:`~.trajectory_eval.align_positions`, Sim(3) by default)
+    With ground truth, the association (:func:`~.trajectory.associate`) and the alignment
+    of the associated positions (:func:`~.trajectory.align_positions`, Sim(3) by default)
     are applied to *all* estimated centres, so the drawn estimate is the aligned one. Fewer than
     3 associated poses (or a degenerate fit): the estimate alone, with a ``note`` saying why.
     ``align``: 'sim3' (a monocular estimate: the scale is fitted) or 'se3' (an estimate in
@@ -298,7 +298,7 @@ def plot_evaluation(path, est_stamps, est_poses, gt_stamps=None, gt_poses=None,
     Sim(3)-aligned onto it (blue), and below them the ATE per associated pose over time with
     its RMSE. Without it (or if fewer than 3 poses associate): the estimate alone in its own
     views. ``keyframe_mask`` (N,) bool marks keyframes with orange dots. ``max_diff_ns`` /
-    ``offset_ns``: the association, as :func:`~.trajectory_eval.associate`. ``align``: the
+    ``offset_ns``: the association, as :func:`~.trajectory.associate`. ``align``: the
     alignment drawn ('sim3', or 'se3' for an estimate in metres), named in the legend, the
     ATE panel's title and the heading; ``units``: the estimate's. Views: see the module
     docstring. RuntimeError (install hint) without matplotlib."""

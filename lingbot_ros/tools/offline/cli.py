@@ -22,7 +22,7 @@ the scale source and the value in its header; a scale that never locks leaves th
 model units, and they and the summary say so.
 
 ``--out`` is checked before the run (it replaces only files we wrote); exit 0, 2 (nothing
-run), 3 (a truncated bag: the frames before the cut), 130 (Ctrl-C): :mod:`.offline_outputs`.
+run), 3 (a truncated bag: the frames before the cut), 130 (Ctrl-C): :mod:`.outputs`.
 """
 from __future__ import annotations
 

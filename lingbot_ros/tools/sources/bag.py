@@ -5,7 +5,7 @@ sqlite3/mcap bag or a ROS 1 bag), :func:`list_image_topics`, and the message dec
 
 A :class:`BagSource` behaves like the other sources in :mod:`lingbot_ros.tools.sources.files` (which
 opens one for a bag path in ``open_source``; both build on :mod:`lingbot_ros.tools.sources.frame`):
-it iterates :class:`Frame` with strictly increasing stamps, skips bad messages by reason into its
+it iterates :class:`SourceFrame` with strictly increasing stamps, skips bad messages by reason into its
 :class:`SourceStats`, and raises at construction when the bag or the topic cannot exist. Raw images
 are decoded by :mod:`lingbot_ros.image_decode`, the decoder the ROS node uses too.
 
@@ -28,7 +28,7 @@ import numpy as np
 from ...image_decode import ImageRejected, decode_depth, decode_image
 from .bag_salvage import Salvage, salvage
 from .depth_stream import DepthReading, DepthStream
-from .frame import Frame, FrameSource, PathLike, SkippedFrame, check_container, decode_bytes
+from .frame import FrameSource, PathLike, SkippedFrame, SourceFrame, check_container, decode_bytes
 
 __all__ = ["BagSource", "BagDepthStream", "DEFAULT_DEPTH_TOPIC", "is_depth_topic",
            "list_image_topics", "image_from_msg", "image_from_compressed", "depth_from_msg"]
@@ -210,7 +210,7 @@ class BagSource(FrameSource):
     def _describe(topics: dict) -> str:
         return ", ".join(f"{t} ({m})" for t, m in sorted(topics.items())) or "none"
 
-    def __iter__(self) -> Iterator[Frame]:
+    def __iter__(self) -> Iterator[SourceFrame]:
         self._restart()
         compressed = self.msgtype.endswith("CompressedImage")
         for item in _deserialized(self.path, self.topic, self._rescue):

@@ -2,12 +2,12 @@
 
 Here: the folder and video sources, :class:`ImageListSource` (the images a dataset's index lists,
 with its stamps; the public dataset layouts in :mod:`lingbot_ros.tools.sources.datasets` build on
-it), and :func:`open_source`, which picks the source for a path. :class:`Frame`,
+it), and :func:`open_source`, which picks the source for a path. :class:`SourceFrame`,
 :class:`SourceStats`, :data:`SKIP_REASONS` and the OpenCV decoding helpers every source shares live
 in :mod:`lingbot_ros.tools.sources.frame` (and are re-exported here); the bag source (``BagSource``,
 ``list_image_topics``, the message decoders) lives in :mod:`lingbot_ros.tools.sources.bag`.
 
-Every source iterates :class:`Frame` ``(stamp_ns: int, image: np.ndarray, encoding: str)``
+Every source iterates :class:`SourceFrame` ``(stamp_ns: int, image: np.ndarray, encoding: str)``
 with strictly increasing stamps; ``encoding`` is one that :mod:`lingbot_ros.preprocess`
 understands (``bgr8``/``bgra8``/``mono8`` (and 16-bit) for OpenCV-decoded images, the message
 encoding for raw ``sensor_msgs/Image``). Images may be read-only views: copy before writing.
@@ -29,10 +29,10 @@ import numpy as np
 
 from ...geometry import parse_stamp
 from .bag import BagSource
-from .frame import (SKIP_REASONS, Frame, FrameSource, PathLike, SkippedFrame, SourceStats,
+from .frame import (SKIP_REASONS, FrameSource, PathLike, SkippedFrame, SourceFrame, SourceStats,
                     check_container, cv_encoding, decode_bytes, require_cv2)
 
-__all__ = ["Frame", "SourceStats", "SkippedFrame", "SKIP_REASONS", "IMAGE_EXTENSIONS",
+__all__ = ["SourceFrame", "SourceStats", "SkippedFrame", "SKIP_REASONS", "IMAGE_EXTENSIONS",
            "ImageFolderSource", "ImageListSource", "VideoSource", "name_stamp_kind",
            "open_source", "read_image_file", "stamp_from_name"]
 
@@ -142,7 +142,7 @@ class ImageFolderSource(FrameSource):
                                             f"integer nanoseconds of 16+ digits)")
         return stamp
 
-    def __iter__(self) -> Iterator[Frame]:
+    def __iter__(self) -> Iterator[SourceFrame]:
         self._restart()
         for i, f in enumerate(self.files):
             try:
@@ -174,7 +174,7 @@ class ImageListSource(FrameSource):
     def __len__(self) -> int:
         return len(self.entries)
 
-    def __iter__(self) -> Iterator[Frame]:
+    def __iter__(self) -> Iterator[SourceFrame]:
         self._restart()
         for stamp, f in self.entries:
             try:
@@ -214,7 +214,7 @@ class VideoSource(FrameSource):
         finally:
             cap.release()
 
-    def __iter__(self) -> Iterator[Frame]:
+    def __iter__(self) -> Iterator[SourceFrame]:
         self._restart()
         cv2 = require_cv2()
         cap = cv2.VideoCapture(str(self.path))

@@ -1,6 +1,6 @@
 """The frame every offline source yields, and what every source shares to yield it.
 
-Here: :class:`Frame` ``(stamp_ns: int, image: np.ndarray, encoding: str)``; the skip
+Here: :class:`SourceFrame` ``(stamp_ns: int, image: np.ndarray, encoding: str)``; the skip
 bookkeeping (:data:`SKIP_REASONS`, :class:`SkippedFrame`, :class:`SourceStats`); the
 :class:`FrameSource` base (strictly increasing stamps, stats); and the decoding of encoded
 image bytes (:func:`decode_bytes`, :func:`check_container`, :func:`cv_encoding`), which is the
@@ -26,8 +26,8 @@ import numpy as np
 from ...image_decode import ImageRejected, opencv_encoding, require_cv2
 from ...image_header import decode_compressed
 
-__all__ = ["Frame", "FrameSource", "MAX_IMAGE_PIXELS", "PathLike", "SKIP_REASONS",
-           "SkippedFrame", "SourceStats", "check_container", "cv_encoding", "decode_bytes",
+__all__ = ["FrameSource", "MAX_IMAGE_PIXELS", "PathLike", "SKIP_REASONS", "SkippedFrame",
+           "SourceFrame", "SourceStats", "check_container", "cv_encoding", "decode_bytes",
            "require_cv2"]
 
 log = logging.getLogger("lingbot_ros.frame_sources")
@@ -60,7 +60,7 @@ _SKIP_REASON = {"decode_failed": "corrupt", "unknown_format": "corrupt",
                 "unknown_encoding": "unknown_encoding"}
 
 
-class Frame(NamedTuple):
+class SourceFrame(NamedTuple):
     stamp_ns: int
     image: np.ndarray
     encoding: str
@@ -112,7 +112,7 @@ class FrameSource:
         self.ended_early: Optional[str] = None
 
     def _emit(self, stamp_ns: int, image: np.ndarray, encoding: str,
-              where: str) -> Optional[Frame]:
+              where: str) -> Optional[SourceFrame]:
         if image.size == 0 or min(image.shape[:2]) == 0:
             self.stats.skip("zero_size", f"{where}: image of shape {image.shape}")
             return None
@@ -122,7 +122,7 @@ class FrameSource:
             return None
         self._last_stamp = stamp_ns
         self.stats.yielded += 1
-        return Frame(int(stamp_ns), image, encoding)
+        return SourceFrame(int(stamp_ns), image, encoding)
 
     def _restart(self) -> None:
         self.stats = SourceStats()

@@ -4,7 +4,7 @@
 :class:`Dataset` (frozen):
 
 * ``source`` -- a :class:`lingbot_ros.tools.sources.frame.FrameSource` yielding
-  :class:`~lingbot_ros.tools.sources.frame.Frame` with the dataset's own stamps (integer ns, exact),
+  :class:`~lingbot_ros.tools.sources.frame.SourceFrame` with the dataset's own stamps (integer ns, exact),
   ``len()`` when known (the images the index lists). A listed image that is missing is
   skipped and counted (``source.stats.skipped["missing_file"]``), never fatal.
 * ``ground_truth`` -- None, or a :class:`GroundTruth` ``(stamps_ns, poses)``: int64 (N,)
@@ -59,7 +59,7 @@ Usage::
 
     ds = open_dataset("rgbd_dataset_freiburg1_xyz")         # format detected: tum_rgbd
     print(ds.description)
-    for frame in ds.source:                                 # Frame(stamp_ns, image, encoding)
+    for frame in ds.source:                                 # SourceFrame(stamp_ns, image, encoding)
         ...
     print(ds.source.stats.summary())                        # yielded / skipped by reason
     if ds.ground_truth is not None:
