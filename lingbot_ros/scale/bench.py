@@ -34,7 +34,7 @@ from .depth import DepthSource
 from .estimator import ScaleEstimator
 from .odometry import OdometrySource
 from .samples import ScaleSample
-from .se3 import rigid_inverse, so3_exp
+from .se3 import rigid_inverse, rotation_exp
 
 __all__ = ["bench_depth_source", "bench_camera_height_source", "bench_odometry_source"]
 
@@ -138,8 +138,8 @@ def _mount(height_m: float, pitch_down_rad: float, roll_rad: float) -> np.ndarra
     """T_base_optical: the camera 0.2 m ahead of base_link (on the floor), ``height_m`` up,
     pitched down and rolled a little."""
     T = np.eye(4)
-    T[:3, :3] = so3_exp(np.array([roll_rad, 0.0, 0.0])) @ \
-        so3_exp(np.array([0.0, pitch_down_rad, 0.0]))
+    T[:3, :3] = rotation_exp(np.array([roll_rad, 0.0, 0.0])) @ \
+        rotation_exp(np.array([0.0, pitch_down_rad, 0.0]))
     T[:3, 3] = (0.2, 0.0, height_m)
     return T @ T_BODY_OPTICAL
 
@@ -215,7 +215,7 @@ def bench_odometry_source(frames: int = 200,
     def base(t):  # an arc at 0.5 m/s, 0.3 rad/s, a little noise-free wobble in z
         yaw = 0.3 * t
         T = np.eye(4)
-        T[:3, :3] = so3_exp(np.array([0.0, 0.0, yaw]))
+        T[:3, :3] = rotation_exp(np.array([0.0, 0.0, yaw]))
         T[:3, 3] = (0.5 / 0.3 * math.sin(yaw), 0.5 / 0.3 * (1 - math.cos(yaw)), 0.0)
         return T
 

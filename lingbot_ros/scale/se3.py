@@ -1,23 +1,12 @@
 """The few SE(3) helpers the scale sources need (numpy, float64, (4, 4) rigid poses);
-``rigid_inverse`` and ``interpolate_pose`` are the geometry package's."""
+``rigid_inverse``, ``interpolate_pose`` and ``rotation_exp`` are the geometry package's."""
 from __future__ import annotations
 
 import numpy as np
 
-from ..geometry import interpolate_pose, rigid_inverse
+from ..geometry import interpolate_pose, rigid_inverse, rotation_exp
 
-__all__ = ["rigid_inverse", "so3_exp", "interpolate_pose", "is_rigid"]
-
-
-def so3_exp(w: np.ndarray) -> np.ndarray:
-    """Rotation vector (3,) -> rotation matrix (3, 3) (Rodrigues)."""
-    w = np.asarray(w, dtype=np.float64)
-    angle = float(np.linalg.norm(w))
-    k = np.array([[0.0, -w[2], w[1]], [w[2], 0.0, -w[0]], [-w[1], w[0], 0.0]])
-    if angle < 1e-9:
-        return np.eye(3) + k
-    k /= angle
-    return np.eye(3) + np.sin(angle) * k + (1.0 - np.cos(angle)) * (k @ k)
+__all__ = ["rigid_inverse", "rotation_exp", "interpolate_pose", "is_rigid"]
 
 
 def is_rigid(t, tol: float = 1e-4) -> bool:

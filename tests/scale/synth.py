@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lingbot_ros.scale.se3 import rigid_inverse, so3_exp
+from lingbot_ros.scale.se3 import rigid_inverse, rotation_exp
 
 # camera_link -> optical: x_opt = -y_body, y_opt = -z_body, z_opt = x_body
 R_BODY_OPTICAL = np.array([[0.0, 0.0, 1.0], [-1.0, 0.0, 0.0], [0.0, -1.0, 0.0]])
@@ -11,7 +11,7 @@ R_BODY_OPTICAL = np.array([[0.0, 0.0, 1.0], [-1.0, 0.0, 0.0], [0.0, -1.0, 0.0]])
 
 def pose(rotvec=(0.0, 0.0, 0.0), t=(0.0, 0.0, 0.0)) -> np.ndarray:
     out = np.eye(4)
-    out[:3, :3] = so3_exp(np.asarray(rotvec, dtype=float))
+    out[:3, :3] = rotation_exp(np.asarray(rotvec, dtype=float))
     out[:3, 3] = t
     return out
 
