@@ -26,10 +26,10 @@ from .depth import (DEPTH_ENCODINGS, CropLike, DepthBuffer, DepthImage, DepthSou
 from .drift import ScaleDrift, measure_drift
 from .estimator import ScaleEstimate, ScaleEstimator, ScaleState
 from .odometry import OdometrySource, PoseBuffer, fit_odometry_scale, odometry_rejection
-from .samples import REASONS, Reason, Rejection, SampleResult, ScaleSample
+from .samples import REASONS, Reason, Rejection, SampleResult, ScaleSample, span_s
 from .source_impl import make_source
 from .sources import (SCALE_SOURCES, SOURCES, LookupMissed, ScaleSource, SourceKind,
-                      ns_div_s, ns_to_s, source_kind)
+                      source_kind)
 from .stream import SNAPSHOT_KEY, ScaleStream
 from .units import (MODEL_UNITS, base_in_map_metres, c2w_to_metres, check_factor,
                     depth_to_metres, points_to_metres, units_header)
@@ -38,7 +38,7 @@ __all__ = ["ScaleConfig", "SCALE_SOURCES", "BEFORE_LOCK_POLICIES",
            "ScaleEstimator", "ScaleEstimate", "ScaleState", "ScaleDrift", "measure_drift",
            "ScaleSample", "Rejection", "SampleResult", "Reason", "REASONS",
            "ScaleSource", "SourceKind", "SOURCES", "source_kind", "make_source", "LookupMissed",
-           "ns_to_s", "ns_div_s",
+           "span_s",
            "DepthSource", "DepthBuffer", "DepthImage", "CropLike", "DEPTH_ENCODINGS",
            "depth_sample", "crop_depth", "crop_indices", "sensor_depth_m",
            "OdometrySource", "PoseBuffer", "fit_odometry_scale", "odometry_rejection",

@@ -90,6 +90,11 @@ def _report(frames: int, total: list, sample_us: list, add_us: list, result,
             else None, "state": estimate.state.value}
 
 
+def _ns(seconds: float) -> int:
+    """A stamp in seconds -> integer ns (the sources' stamps)."""
+    return round(seconds * 1e9)
+
+
 def _timed_run(frames: int, estimator: ScaleEstimator, prepare, sample) -> dict:
     """Per frame i: ``prepare(i)`` (the executor's side, not timed) -> args, then timed
     ``sample(*args)`` -> the frame's SampleResult and ``estimator.add`` of it. Frame 0 is the
@@ -126,8 +131,8 @@ def bench_depth_source(frames: int = 200, config: ScaleConfig = ScaleConfig(sour
 
     def prepare(i):
         sensor, pred, conf = data[i % VARIANTS]
-        source.push_depth(i / FPS, sensor, "16UC1")
-        return i / FPS, pred, conf, crop
+        source.push_depth(_ns(i / FPS), sensor, "16UC1")
+        return _ns(i / FPS), pred, conf, crop
 
     out = _timed_run(frames, ScaleEstimator(config), prepare, source.sample)
     out["sensor_hw"] = list(crop.input_hw)
@@ -194,7 +199,7 @@ def bench_camera_height_source(frames: int = 200,
 
     def prepare(i):
         depth, conf, T_bo = data[i % VARIANTS]
-        return i / FPS, depth, K, T_bo, None, config, conf
+        return _ns(i / FPS), depth, K, T_bo, None, config, conf
 
     return _timed_run(frames, ScaleEstimator(config), prepare, camera_height_depth_sample)
 
@@ -226,10 +231,10 @@ def bench_odometry_source(frames: int = 200,
     def prepare(i):
         stamp = i / FPS
         while pushed[0] / ODOM_HZ <= stamp + 0.05:  # odometry a little ahead of the image
-            source.push_odometry(pushed[0] / ODOM_HZ, base(pushed[0] / ODOM_HZ))
+            source.push_odometry(_ns(pushed[0] / ODOM_HZ), base(pushed[0] / ODOM_HZ))
             pushed[0] += 1
         c2w = first @ base(stamp) @ T_bo
         c2w[:3, 3] = c2w[:3, 3] / k + rng.normal(0.0, 1e-4, 3)
-        return stamp, c2w
+        return _ns(stamp), c2w
 
     return _timed_run(frames, ScaleEstimator(config), prepare, source.sample)

@@ -271,12 +271,12 @@ def _up_axis(T_bytes: bytes) -> Optional[np.ndarray]:
     return up
 
 
-def _checked_inputs(stamp_s: float, camera_height_m, T_base_optical, config: ScaleConfig):
+def _checked_inputs(stamp_ns: int, camera_height_m, T_base_optical, config: ScaleConfig):
     """``(height in metres, up axis)``, or the Rejection of the height or of
     ``T_base_optical``."""
     height_m = config.camera_height_m if camera_height_m is None else camera_height_m
     if not (isinstance(height_m, (int, float)) and math.isfinite(height_m) and height_m > 0):
-        return Rejection(stamp_s, "no_height", f"camera height {height_m!r} is not a number "
+        return Rejection(stamp_ns, "no_height", f"camera height {height_m!r} is not a number "
                          "of metres > 0")
     try:
         T = np.asarray(T_base_optical, dtype=np.float64)
@@ -284,11 +284,11 @@ def _checked_inputs(stamp_s: float, camera_height_m, T_base_optical, config: Sca
         T = None
     up = _up_axis(T.tobytes()) if T is not None and T.shape == (4, 4) else None
     if up is None:
-        return Rejection(stamp_s, "non_finite", "T_base_optical is not a finite rigid 4x4")
+        return Rejection(stamp_ns, "non_finite", "T_base_optical is not a finite rigid 4x4")
     return float(height_m), up
 
 
-def _sample(stamp_s: float, rows: np.ndarray, conf, up: np.ndarray, height_m: float,
+def _sample(stamp_ns: int, rows: np.ndarray, conf, up: np.ndarray, height_m: float,
             config: ScaleConfig, seed: int) -> SampleResult:
     """The sample of the points ``rows`` (3, N) (x, y, z rows) with their confidences
     ``conf`` ((N,)-sized, or None)."""
@@ -296,28 +296,28 @@ def _sample(stamp_s: float, rows: np.ndarray, conf, up: np.ndarray, height_m: fl
     if conf is not None:
         c = np.asarray(conf).reshape(-1)
         if c.shape[0] != rows.shape[1]:
-            return Rejection(stamp_s, "wrong_size", f"{c.shape[0]} confidences for "
+            return Rejection(stamp_ns, "wrong_size", f"{c.shape[0]} confidences for "
                              f"{rows.shape[1]} points")
         if c.size and not (math.isfinite(c.min()) and math.isfinite(c.max())):
-            return Rejection(stamp_s, "non_finite", "the confidence has NaN/inf")
+            return Rejection(stamp_ns, "non_finite", "the confidence has NaN/inf")
         valid = c >= config.depth_min_conf
         if valid.all():
             valid = None
     if not np.isfinite(rows).all():  # fine where only masked points are not finite
         if valid is None or not np.isfinite(rows.compress(valid, axis=1)).all():
-            return Rejection(stamp_s, "non_finite", "the predicted points have NaN/inf")
+            return Rejection(stamp_ns, "non_finite", "the predicted points have NaN/inf")
         rows = np.where(valid, rows, 0)
     plane = _fit_rows(rows, up, config, seed, valid)
     if plane is None:
-        return Rejection(stamp_s, "no_floor", "no ground plane within "
+        return Rejection(stamp_ns, "no_floor", "no ground plane within "
                          f"{config.max_ground_tilt_deg} deg of up below the camera")
     k = height_m / plane.height
     if not (math.isfinite(k) and k > 0):
-        return Rejection(stamp_s, "no_floor", f"degenerate floor at {plane.height} units")
-    return ScaleSample(stamp_s, k, "camera_height", support=plane.inliers)
+        return Rejection(stamp_ns, "no_floor", f"degenerate floor at {plane.height} units")
+    return ScaleSample(stamp_ns, k, "camera_height", support=plane.inliers)
 
 
-def camera_height_sample(stamp_s: float, points: np.ndarray, T_base_optical: np.ndarray,
+def camera_height_sample(stamp_ns: int, points: np.ndarray, T_base_optical: np.ndarray,
                          camera_height_m: Optional[float] = None,
                          config: ScaleConfig = ScaleConfig(source="camera_height"),
                          conf: Optional[np.ndarray] = None, seed: int = 0) -> SampleResult:
@@ -325,15 +325,15 @@ def camera_height_sample(stamp_s: float, points: np.ndarray, T_base_optical: np.
     camera's optical frame (model units) and the camera's height over the ground in metres
     (``camera_height_m``, else ``config.camera_height_m``). ``conf`` (H, W) or (N,), if
     given, masks points below ``depth_min_conf``. Never raises on bad input."""
-    checked = _checked_inputs(stamp_s, camera_height_m, T_base_optical, config)
+    checked = _checked_inputs(stamp_ns, camera_height_m, T_base_optical, config)
     if isinstance(checked, Rejection):
         return checked
     pts = np.asarray(points)
     if pts.ndim < 2 or pts.shape[-1] != 3 or pts.dtype.kind != "f":
-        return Rejection(stamp_s, "wrong_size", f"points must be (..., 3) floats, got "
+        return Rejection(stamp_ns, "wrong_size", f"points must be (..., 3) floats, got "
                          f"{pts.shape} {pts.dtype}")
     height_m, up = checked
-    return _sample(stamp_s, _as_rows(pts), conf, up, height_m, config, seed)
+    return _sample(stamp_ns, _as_rows(pts), conf, up, height_m, config, seed)
 
 
 @lru_cache(maxsize=16)
@@ -396,7 +396,7 @@ def depth_grid_points(depth: np.ndarray, K: np.ndarray, stride: int,
     return rows.T, c
 
 
-def camera_height_depth_sample(stamp_s: float, depth: np.ndarray, K: np.ndarray,
+def camera_height_depth_sample(stamp_ns: int, depth: np.ndarray, K: np.ndarray,
                                T_base_optical: np.ndarray,
                                camera_height_m: Optional[float] = None,
                                config: ScaleConfig = ScaleConfig(source="camera_height"),
@@ -406,11 +406,11 @@ def camera_height_depth_sample(stamp_s: float, depth: np.ndarray, K: np.ndarray,
     at that resolution: the points of :func:`depth_grid_points` (``config.depth_stride``)
     and their confidences, as :func:`camera_height_sample` takes them. Never raises on bad
     input."""
-    checked = _checked_inputs(stamp_s, camera_height_m, T_base_optical, config)
+    checked = _checked_inputs(stamp_ns, camera_height_m, T_base_optical, config)
     if isinstance(checked, Rejection):
         return checked
     points = depth_grid_points(depth, K, config.depth_stride, conf)
     if isinstance(points, Rejection):
-        return Rejection(stamp_s, points.reason, points.detail)
+        return Rejection(stamp_ns, points.reason, points.detail)
     height_m, up = checked
-    return _sample(stamp_s, points[0].T, points[1], up, height_m, config, seed)
+    return _sample(stamp_ns, points[0].T, points[1], up, height_m, config, seed)

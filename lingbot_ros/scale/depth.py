@@ -22,7 +22,7 @@ import numpy as np
 
 from ..image_decode import DEPTH_ENCODINGS as _DEPTH_FORMATS
 from .config import ScaleConfig
-from .samples import Rejection, SampleResult, ScaleSample
+from .samples import Rejection, SampleResult, ScaleSample, ns_of
 
 __all__ = ["DEPTH_ENCODINGS", "CropLike", "DepthImage", "DepthBuffer", "DepthSource",
            "crop_indices", "crop_depth", "sensor_depth_m", "depth_sample"]
@@ -131,7 +131,7 @@ def _check_encoding(image, encoding) -> tuple[np.dtype, float]:
 class DepthImage:
     """A received depth image (the message's array, encoding and stamp)."""
 
-    stamp_s: float
+    stamp_ns: int
     image: np.ndarray
     encoding: str
 
@@ -141,6 +141,7 @@ class DepthBuffer:
 
     def __init__(self, max_dt_s: float, capacity: int = 16) -> None:
         self._max_dt_s = float(max_dt_s)
+        self._max_dt_ns = ns_of(max_dt_s)
         self._images: deque[DepthImage] = deque(maxlen=int(capacity))
 
     def __len__(self) -> int:
@@ -149,23 +150,24 @@ class DepthBuffer:
     def clear(self) -> None:
         self._images.clear()
 
-    def push(self, stamp_s: float, image: np.ndarray, encoding: str) -> None:
-        self._images.append(DepthImage(float(stamp_s), image, encoding))
+    def push(self, stamp_ns: int, image: np.ndarray, encoding: str) -> None:
+        self._images.append(DepthImage(int(stamp_ns), image, encoding))
 
-    def match(self, stamp_s: float) -> Union[DepthImage, Rejection]:
+    def match(self, stamp_ns: int) -> Union[DepthImage, Rejection]:
         """The image with the same stamp, else the nearest within ``max_dt_s``, else a
         Rejection (``no_depth`` when none was ever received, else ``out_of_sync``)."""
+        stamp_ns = int(stamp_ns)
         if not self._images:
-            return Rejection(stamp_s, "no_depth", "no depth image received")
-        best = min(self._images, key=lambda d: abs(d.stamp_s - stamp_s))
-        dt = abs(best.stamp_s - stamp_s)
-        if not dt <= self._max_dt_s:
-            return Rejection(stamp_s, "out_of_sync",
-                             f"nearest depth is {dt:.3f} s away (max {self._max_dt_s} s)")
+            return Rejection(stamp_ns, "no_depth", "no depth image received")
+        best = min(self._images, key=lambda d: abs(d.stamp_ns - stamp_ns))
+        dt_ns = abs(best.stamp_ns - stamp_ns)
+        if not dt_ns <= self._max_dt_ns:
+            return Rejection(stamp_ns, "out_of_sync", f"nearest depth is {dt_ns / 1e9:.3f} s "
+                             f"away (max {self._max_dt_s} s)")
         return best
 
 
-def depth_sample(stamp_s: float, depth: np.ndarray, encoding: str, predicted_depth: np.ndarray,
+def depth_sample(stamp_ns: int, depth: np.ndarray, encoding: str, predicted_depth: np.ndarray,
                  depth_conf: Optional[np.ndarray], crop: CropLike,
                  config: ScaleConfig = ScaleConfig(source="depth")) -> SampleResult:
     """One frame's sample: median of sensor / predicted depth over the valid, confident
@@ -175,11 +177,11 @@ def depth_sample(stamp_s: float, depth: np.ndarray, encoding: str, predicted_dep
     try:
         _check_encoding(depth, encoding)
     except ValueError as err:
-        return Rejection(stamp_s, "wrong_encoding", str(err))
+        return Rejection(stamp_ns, "wrong_encoding", str(err))
     if depth.ndim == 3 and depth.shape[2] == 1:
         depth = depth[:, :, 0]
     if depth.shape != tuple(crop.input_hw):
-        return Rejection(stamp_s, "wrong_size", f"depth image is {depth.shape}, the colour "
+        return Rejection(stamp_ns, "wrong_size", f"depth image is {depth.shape}, the colour "
                          f"image {tuple(crop.input_hw)}")
     pred = np.asarray(predicted_depth)
     if pred.ndim == 3 and pred.shape[-1] == 1:
@@ -189,29 +191,29 @@ def depth_sample(stamp_s: float, depth: np.ndarray, encoding: str, predicted_dep
         conf = conf[..., 0]
     out_hw = tuple(crop.output_hw)
     if pred.shape != out_hw or (conf is not None and conf.shape != out_hw):
-        return Rejection(stamp_s, "wrong_size", f"predicted depth {pred.shape} / confidence "
+        return Rejection(stamp_ns, "wrong_size", f"predicted depth {pred.shape} / confidence "
                          f"{None if conf is None else conf.shape} is not the model's {out_hw}")
     s = config.depth_stride
     grid = (slice(s // 2, None, s), slice(s // 2, None, s))
     try:
         pred = np.ascontiguousarray(pred[grid], dtype=np.float32)
     except (TypeError, ValueError) as err:
-        return Rejection(stamp_s, "wrong_size", f"predicted depth is not numeric: {err}")
+        return Rejection(stamp_ns, "wrong_size", f"predicted depth is not numeric: {err}")
     top = pred.max()  # NaN and inf propagate: one pass instead of isfinite + all
     if not np.isfinite(top):
-        return Rejection(stamp_s, "non_finite", "the predicted depth has NaN/inf")
+        return Rejection(stamp_ns, "non_finite", "the predicted depth has NaN/inf")
     unit = _unit(encoding, config.depth_unit_m)
     raw = _gather(depth, crop, s)
     lo, hi = _raw_range(raw.dtype, config.depth_min_m / unit, config.depth_max_m / unit)
     valid = (raw >= lo) & (raw <= hi)  # in sensor units: no conversion; NaN compares False
     if not valid.any():
-        return Rejection(stamp_s, "all_invalid", "no valid sensor depth in the model's view")
+        return Rejection(stamp_ns, "all_invalid", "no valid sensor depth in the model's view")
     valid &= pred > 0
     if conf is not None:  # NaN confidence compares False: masked
         valid &= np.ascontiguousarray(conf[grid]) >= config.depth_min_conf
     n = int(np.count_nonzero(valid))
     if n < config.min_pixels:
-        return Rejection(stamp_s, "too_few_pixels", f"{n} valid, confident pixels "
+        return Rejection(stamp_ns, "too_few_pixels", f"{n} valid, confident pixels "
                          f"(min_pixels {config.min_pixels})")
     # no boolean indexing or masked copy (slow, branchy on random masks): invalid ratios
     # become 3e38, which sorts last, so the (n // 2)-th smallest of the whole grid is the
@@ -225,8 +227,8 @@ def depth_sample(stamp_s: float, depth: np.ndarray, encoding: str, predicted_dep
     ratio.partition(n // 2)
     median = float(ratio[n // 2]) * unit
     if not (np.isfinite(median) and 0 < median < _INVALID_RATIO * unit):  # overflowed ratios
-        return Rejection(stamp_s, "non_finite", f"median depth ratio {median}")
-    return ScaleSample(stamp_s, median, "depth", support=n)
+        return Rejection(stamp_ns, "non_finite", f"median depth ratio {median}")
+    return ScaleSample(stamp_ns, median, "depth", support=n)
 
 
 class DepthSource:
@@ -237,28 +239,28 @@ class DepthSource:
         self._buffer = DepthBuffer(config.depth_max_dt_s, capacity)
         # depth matched when its colour frame was handed in (``pin``): stamp -> image. A
         # slow pipeline's result may come after ``capacity`` newer depth images.
-        self._pinned: dict[float, DepthImage] = {}
+        self._pinned: dict[int, DepthImage] = {}
 
-    def pin(self, stamp_s: float) -> None:
-        """A colour frame at ``stamp_s`` was handed to the model: keep its depth image (if
+    def pin(self, stamp_ns: int) -> None:
+        """A colour frame at ``stamp_ns`` was handed to the model: keep its depth image (if
         one matches now) until its ``sample``; if none does yet, ``sample`` looks again."""
-        match = self._buffer.match(stamp_s)
+        match = self._buffer.match(stamp_ns)
         if not isinstance(match, Rejection):
-            self._pinned[float(stamp_s)] = match
+            self._pinned[int(stamp_ns)] = match
             while len(self._pinned) > 32:  # frames that never came back (dropped, failed)
                 del self._pinned[next(iter(self._pinned))]
 
-    def push_depth(self, stamp_s: float, image: np.ndarray, encoding: str) -> None:
-        self._buffer.push(stamp_s, image, encoding)
+    def push_depth(self, stamp_ns: int, image: np.ndarray, encoding: str) -> None:
+        self._buffer.push(stamp_ns, image, encoding)
 
     def reset(self) -> None:
         self._buffer.clear()
         self._pinned.clear()
 
-    def sample(self, stamp_s: float, predicted_depth: np.ndarray,
+    def sample(self, stamp_ns: int, predicted_depth: np.ndarray,
                depth_conf: Optional[np.ndarray], crop: CropLike) -> SampleResult:
-        match = self._pinned.pop(float(stamp_s), None) or self._buffer.match(stamp_s)
+        match = self._pinned.pop(int(stamp_ns), None) or self._buffer.match(stamp_ns)
         if isinstance(match, Rejection):
             return match
-        return depth_sample(stamp_s, match.image, match.encoding, predicted_depth, depth_conf,
+        return depth_sample(stamp_ns, match.image, match.encoding, predicted_depth, depth_conf,
                             crop, self._config)

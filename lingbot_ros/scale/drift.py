@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Optional
 
-from .samples import MAD_TO_SIGMA, MEDIAN_EFFICIENCY
+from .samples import MAD_TO_SIGMA, MEDIAN_EFFICIENCY, span_s
 
 __all__ = ["ScaleDrift", "SPREAD_FLOOR", "measure_drift"]
 
@@ -39,7 +39,7 @@ class ScaleDrift:
     applied_metres_per_unit: float  # what the outputs get
     sigmas: float  # (recent - applied) in log, over the recent median's standard error
     samples: int  # recent samples compared
-    since_s: float  # stamp of the first sample of the disagreement (NaN while they agree)
+    since_ns: Optional[int]  # stamp of the disagreement's first sample (None: they agree)
     for_s: float  # how long it has lasted, to the last sample (0.0 while they agree)
     warning: bool  # beyond drift_warn_sigma for drift_warn_s
 
@@ -59,26 +59,26 @@ def _median(sorted_values: list[float]) -> float:
     return sorted_values[mid] if n % 2 else 0.5 * (sorted_values[mid - 1] + sorted_values[mid])
 
 
-def measure_drift(recent_logs: Iterable[float], applied_log: float, stamp_s: float,
-                  since_s: float, warn_sigma: float, warn_s: float) -> ScaleDrift:
-    """The drift at the sample stamped ``stamp_s``: ``recent_logs`` the recent samples' log
-    scales (at least one), ``applied_log`` the applied value after this sample, ``since_s``
-    the start of the disagreement so far (NaN: none). The result's ``since_s`` is the one to
-    pass at the next sample. The same inputs give the same result (a restored estimator
+def measure_drift(recent_logs: Iterable[float], applied_log: float, stamp_ns: Optional[int],
+                  since_ns: Optional[int], warn_sigma: float, warn_s: float) -> ScaleDrift:
+    """The drift at the sample stamped ``stamp_ns``: ``recent_logs`` the recent samples' log
+    scales (at least one), ``applied_log`` the applied value after this sample, ``since_ns``
+    the start of the disagreement so far (None: none). The result's ``since_ns`` is the one
+    to pass at the next sample. The same inputs give the same result (a restored estimator
     recomputes it)."""
     logs = sorted(recent_logs)
     median = _median(logs)
     spread = MAD_TO_SIGMA * _median(sorted(abs(v - median) for v in logs))
     error = MEDIAN_EFFICIENCY * max(spread, SPREAD_FLOOR) / math.sqrt(len(logs))
     sigmas = (median - applied_log) / error
-    disagree = abs(sigmas) > warn_sigma and math.isfinite(stamp_s)
+    disagree = abs(sigmas) > warn_sigma and stamp_ns is not None
     if disagree:
-        if not math.isfinite(since_s) or stamp_s < since_s:  # a new one (or stamps went back)
-            since_s = stamp_s
-        for_s = stamp_s - since_s
+        if since_ns is None or stamp_ns < since_ns:  # a new one (or stamps went back)
+            since_ns = stamp_ns
+        for_s = span_s(since_ns, stamp_ns)
     else:
-        since_s, for_s = math.nan, 0.0
+        since_ns, for_s = None, 0.0
     return ScaleDrift(recent_metres_per_unit=math.exp(median),
                       applied_metres_per_unit=math.exp(applied_log), sigmas=sigmas,
-                      samples=len(logs), since_s=since_s, for_s=for_s,
+                      samples=len(logs), since_ns=since_ns, for_s=for_s,
                       warning=disagree and for_s >= warn_s)

@@ -11,7 +11,7 @@ estimate of metres per model unit:
 * **continuity** -- once LOCKED, the applied value follows the window's median at most
   ``max_change_per_s`` (in log, per second of *sample stamps*): never a jump. A segment
   rollover keeps the estimate; ``reset()`` (a new stream) starts a new one;
-* **stale detector** -- ``stale_reason(now_s)`` names why a source gave nothing for
+* **stale detector** -- ``stale_reason(now_ns)`` names why a source gave nothing for
   ``stale_timeout_s`` (the last rejection reason, or that no input ever came);
 * **drift detector** -- once LOCKED, each snapshot's ``drift`` compares the last
   ``min_samples`` samples with the applied value, and ``drift_warning`` says so when they
@@ -38,13 +38,16 @@ from .config import ScaleConfig
 from .drift import ScaleDrift, measure_drift
 from .json_floats import float_from_json, float_to_json
 from .sources import source_kind
-from .samples import (MAD_TO_SIGMA, MEDIAN_EFFICIENCY, Rejection,
-                      SampleResult, ScaleSample)
+from .samples import (MAD_TO_SIGMA, MEDIAN_EFFICIENCY, Rejection, SampleResult,
+                      ScaleSample, span_s)
 
 __all__ = ["ScaleState", "ScaleEstimate", "ScaleEstimator", "float_to_json",
            "float_from_json"]
 
-STATE_VERSION = 1  # of ScaleEstimator.state_dict()
+STATE_VERSION = 2  # of ScaleEstimator.state_dict(); 1: stamps in float seconds (read too)
+# its stamps, integer ns or None (version 1: "<name>_s" float seconds)
+_STAMPS = ("applied_ns", "last_sample_ns", "last_rejection_ns", "since_ns", "stamp_ns",
+           "drift_since_ns", "drift_stamp_ns", "drift_before_ns")
 # The settings an estimate depends on: a state saved under other values is refused. The
 # source-specific ones count only for their source (their value *is* the scale there).
 _ESTIMATE_SETTINGS = ("source", "min_samples", "lock_spread", "max_samples",
@@ -71,8 +74,7 @@ class ScaleEstimate:
     min_samples: int  # samples LOCKED needs (for "estimating scale 4/10 (depth)")
     reason: str = ""  # the last rejection reason ("" once a sample followed it)
     rejections: tuple[tuple[str, int], ...] = ()  # (reason, count), sorted by reason
-    stamp_s: float = math.nan  # stamp of the last sample or rejection (s)
-    stamp_ns: Optional[int] = None  # the same stamp in integer ns (None: not given)
+    stamp_ns: Optional[int] = None  # stamp of the last sample or rejection (None: none yet)
     drift: Optional[ScaleDrift] = None  # LOCKED on samples: the recent ones vs the applied
 
     @property
@@ -147,18 +149,20 @@ class ScaleEstimator:
 
     def add(self, result: SampleResult, stamp_ns: Optional[int] = None) -> ScaleEstimate:
         """Take one frame's sample or rejection; returns the new snapshot. ``stamp_ns``: the
-        result's stamp in integer ns (the estimate carries it: ``~/scale``'s stamp). A sample
+        stamp of the frame it came with (the estimate carries it: ``~/scale``'s stamp;
+        default the result's, which for odometry is the newest frame the fit used). A sample
         of another source than the configured one is a programming error (ValueError)."""
         if isinstance(result, Rejection):
             self._rejections[result.reason] += 1
             self._reason = result.reason
-            self._note_stamp(result.stamp_s, stamp_ns)
-            self._last_rejection_s = _finite_or(result.stamp_s, self._last_rejection_s)
+            self._note_stamp(result.stamp_ns, stamp_ns)
+            if result.stamp_ns is not None:
+                self._last_rejection_ns = result.stamp_ns
         elif isinstance(result, ScaleSample):
             if result.source != self._config.source:
                 raise ValueError(f"a {result.source!r} sample fed to a "
                                  f"{self._config.source!r} estimator")
-            self._note_stamp(result.stamp_s, stamp_ns)
+            self._note_stamp(result.stamp_ns, stamp_ns)
             if self._kind.samples:
                 self._take(result)
         else:
@@ -167,18 +171,21 @@ class ScaleEstimator:
         self._snapshot = self._make_snapshot()
         return self._snapshot
 
-    def stale_reason(self, now_s: float) -> Optional[str]:
-        """Why the source has yielded no sample for ``stale_timeout_s`` before ``now_s`` (in
+    def stale_reason(self, now_ns: Optional[int]) -> Optional[str]:
+        """Why the source has yielded no sample for ``stale_timeout_s`` before ``now_ns`` (in
         the clock of the sample stamps), or None. ``none``/``fixed`` are never stale."""
         cfg, reason = self._config, self._kind.no_input_reason
         if reason is None:
             return None
-        if math.isfinite(now_s) and not math.isfinite(self._since_s):
-            self._since_s = now_s  # the clock starts at the first look
-        ref = self._last_sample_s if math.isfinite(self._last_sample_s) else self._since_s
-        if not math.isfinite(now_s) or not now_s - ref > cfg.stale_timeout_s:
+        if now_ns is None:
             return None
-        if self._reason and self._last_rejection_s >= ref:
+        if self._since_ns is None:
+            self._since_ns = int(now_ns)  # the clock starts at the first look
+        ref = self._last_sample_ns if self._last_sample_ns is not None else self._since_ns
+        if not span_s(ref, now_ns) > cfg.stale_timeout_s:
+            return None
+        if self._reason and self._last_rejection_ns is not None \
+                and self._last_rejection_ns >= ref:
             return self._reason
         return reason
 
@@ -187,7 +194,7 @@ class ScaleEstimator:
     def state_dict(self) -> dict:
         """The estimate as plain JSON values (non-finite floats as "nan"/"inf"/"-inf"; finite
         ones round-trip exactly through JSON): the samples window, counts, state, segment,
-        applied value and its time, the stale clock, the drift's start (``drift_since_s``;
+        applied value and its time, the stale clock, the drift's start (``drift_since_ns``;
         with the stamp of its last measure and its start before it, so a restored estimator
         recomputes the same ``drift``; absent from an older build's: none under way) and the
         rejection counters, with the settings it was made under (checked by
@@ -196,14 +203,7 @@ class ScaleEstimator:
                 "logs": [float_to_json(v) for v in self._logs], "count": self._count,
                 "state": self._state.value, "segment": self._segment,
                 "applied_log": float_to_json(self._applied_log),
-                "applied_s": float_to_json(self._applied_s), "reason": self._reason,
-                "last_sample_s": float_to_json(self._last_sample_s),
-                "last_rejection_s": float_to_json(self._last_rejection_s),
-                "since_s": float_to_json(self._since_s),
-                "stamp_s": float_to_json(self._stamp_s), "stamp_ns": self._stamp_ns,
-                "drift_since_s": float_to_json(self._drift_since_s),
-                "drift_stamp_s": float_to_json(self._drift_stamp_s),
-                "drift_before_s": float_to_json(self._drift_before_s),
+                "reason": self._reason, **{k: getattr(self, f"_{k}") for k in _STAMPS},
                 "rejections": {k: int(v) for k, v in sorted(self._rejections.items())}}
 
     def check_state_dict(self, state) -> None:
@@ -221,23 +221,22 @@ class ScaleEstimator:
         self._logs.extend(parsed["logs"])
         self._stats = None
         self._rejections = Counter(parsed["rejections"])
-        for key in ("count", "state", "segment", "applied_log", "applied_s", "reason",
-                    "last_sample_s", "last_rejection_s", "since_s", "stamp_s", "stamp_ns",
-                    "drift_since_s", "drift_stamp_s", "drift_before_s"):
+        for key in ("count", "state", "segment", "applied_log", "reason") + _STAMPS:
             setattr(self, f"_{key}", parsed[key])
         self._drift = None
         if self._state is ScaleState.LOCKED and self._logs:  # as it was at the last sample
-            self._drift_since_s = parsed["drift_before_s"]
-            self._measure_drift(self._drift_stamp_s)
+            self._drift_since_ns = parsed["drift_before_ns"]
+            self._measure_drift(self._drift_stamp_ns)
         self._snapshot = self._make_snapshot()
         return self._snapshot
 
     def _parse_state(self, state) -> dict:
         if not isinstance(state, dict):
             raise ValueError(f"scale state: expected a dict, got {type(state).__name__}")
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"scale state: version {state.get('version')!r} is unknown; this "
-                             f"build reads version {STATE_VERSION}")
+        version = state.get("version")
+        if version not in (1, STATE_VERSION):
+            raise ValueError(f"scale state: version {version!r} is unknown; this build reads "
+                             f"versions {STATE_VERSION} and 1")
         saved, here = state.get("settings"), _settings_of(self._config)
         if not isinstance(saved, dict):
             raise ValueError("scale state: no settings")
@@ -258,18 +257,8 @@ class ScaleEstimator:
                    "state": ScaleState(state["state"]), "segment": int(state["segment"]),
                    "reason": str(state["reason"]),
                    "rejections": {str(k): int(v) for k, v in state["rejections"].items()}}
-            for key in ("applied_log", "applied_s", "last_sample_s", "last_rejection_s",
-                        "since_s", "stamp_s"):
-                out[key] = float_from_json(state[key])
-            stamp_ns = state.get("stamp_ns")  # an older snapshot has none
-            if stamp_ns is not None and (isinstance(stamp_ns, bool)
-                                         or not isinstance(stamp_ns, int)):
-                raise ValueError(f"stamp_ns {stamp_ns!r} is not an integer")
-            out["stamp_ns"] = stamp_ns
-            # an older snapshot has none: no drift was under way
-            out["drift_since_s"] = float_from_json(state.get("drift_since_s", "nan"))
-            out["drift_stamp_s"] = float_from_json(state.get("drift_stamp_s", "nan"))
-            out["drift_before_s"] = float_from_json(state.get("drift_before_s", "nan"))
+            out["applied_log"] = float_from_json(state["applied_log"])
+            out.update(_stamps_v2(state) if version == STATE_VERSION else _stamps_v1(state))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"scale state is malformed ({type(exc).__name__}: {exc})") \
                 from None
@@ -298,28 +287,26 @@ class ScaleEstimator:
         self._stats = None
         self._count = 0
         self._applied_log = math.nan
-        self._applied_s = math.nan
+        self._applied_ns: Optional[int] = None  # the stamp the applied value is of
         self._state = ScaleState.UNKNOWN
         self._reason = ""
-        self._last_sample_s = math.nan
-        self._last_rejection_s = -math.inf
-        self._since_s = math.nan
-        self._stamp_s = math.nan
-        self._stamp_ns: Optional[int] = None
-        self._drift_since_s = math.nan  # start of the recent samples' disagreement (drift.py)
-        self._drift_before_s = math.nan  # ... as it was before the last measure
-        self._drift_stamp_s = math.nan  # the stamp of the last measure
+        self._last_sample_ns: Optional[int] = None
+        self._last_rejection_ns: Optional[int] = None
+        self._since_ns: Optional[int] = None  # the stale clock's start
+        self._stamp_ns: Optional[int] = None  # the estimate's stamp
+        self._drift_since_ns: Optional[int] = None  # the recent samples' disagreement began
+        self._drift_before_ns: Optional[int] = None  # ... as it was before the last measure
+        self._drift_stamp_ns: Optional[int] = None  # the stamp of the last measure
         self._drift: Optional[ScaleDrift] = None
         if self._kind.fixed:
             self._state = ScaleState.LOCKED
             self._applied_log = math.log(self._config.factor)
 
-    def _note_stamp(self, stamp_s: float, stamp_ns: Optional[int]) -> None:
-        if math.isfinite(stamp_s):
-            if not math.isfinite(self._since_s):
-                self._since_s = stamp_s
-            self._stamp_s = stamp_s
-            self._stamp_ns = None if stamp_ns is None else int(stamp_ns)
+    def _note_stamp(self, result_ns: Optional[int], frame_ns: Optional[int]) -> None:
+        if result_ns is not None:
+            if self._since_ns is None:
+                self._since_ns = result_ns
+            self._stamp_ns = result_ns if frame_ns is None else int(frame_ns)
 
     def _take(self, sample: ScaleSample) -> None:
         cfg = self._config
@@ -327,36 +314,35 @@ class ScaleEstimator:
         self._stats = None
         self._count += 1
         self._reason = ""
-        self._last_sample_s = _finite_or(sample.stamp_s, self._last_sample_s)
+        self._last_sample_ns = sample.stamp_ns
         target, spread = self._median_spread()
         if self._state is not ScaleState.LOCKED:
             self._applied_log = target
-            self._applied_s = sample.stamp_s
+            self._applied_ns = sample.stamp_ns
             if len(self._logs) >= cfg.min_samples and spread < cfg.lock_spread:
                 self._state = ScaleState.LOCKED
-                self._measure_drift(sample.stamp_s)
+                self._measure_drift(sample.stamp_ns)
             else:
                 self._state = ScaleState.CONVERGING
             return
         # LOCKED: move toward the target at a bounded rate of the sample stamps
-        dt = sample.stamp_s - self._applied_s if math.isfinite(self._applied_s) else 0.0
-        if not math.isfinite(dt) or dt < 0:
-            dt = 0.0
+        applied = self._applied_ns
+        dt = 0.0 if applied is None else max(0.0, span_s(applied, sample.stamp_ns))
         bound = cfg.max_change_per_s * dt
         self._applied_log += min(max(target - self._applied_log, -bound), bound)
-        if math.isfinite(sample.stamp_s) and not sample.stamp_s < self._applied_s:
-            self._applied_s = sample.stamp_s
-        self._measure_drift(sample.stamp_s)
+        if applied is None or not sample.stamp_ns < applied:
+            self._applied_ns = sample.stamp_ns
+        self._measure_drift(sample.stamp_ns)
 
-    def _measure_drift(self, stamp_s: float) -> None:
-        """The last ``min_samples`` samples against the applied value, at ``stamp_s``."""
+    def _measure_drift(self, stamp_ns: Optional[int]) -> None:
+        """The last ``min_samples`` samples against the applied value, at ``stamp_ns``."""
         cfg = self._config
         logs = self._logs  # the newest min_samples, read from the deque's end
         recent = [logs[i] for i in range(-min(cfg.min_samples, len(logs)), 0)]
-        self._drift_before_s, self._drift_stamp_s = self._drift_since_s, stamp_s
-        self._drift = measure_drift(recent, self._applied_log, stamp_s, self._drift_since_s,
+        self._drift_before_ns, self._drift_stamp_ns = self._drift_since_ns, stamp_ns
+        self._drift = measure_drift(recent, self._applied_log, stamp_ns, self._drift_since_ns,
                                     cfg.drift_warn_sigma, cfg.drift_warn_s)
-        self._drift_since_s = self._drift.since_s
+        self._drift_since_ns = self._drift.since_ns
 
     def _median_spread(self) -> tuple[float, float]:
         """The window's median log scale and its MAD spread (computed once per change of
@@ -385,12 +371,33 @@ class ScaleEstimator:
                              sigma_log=sigma, samples=self._count, segment=self._segment,
                              min_samples=cfg.min_samples, reason=self._reason,
                              rejections=tuple(sorted(self._rejections.items())),
-                             stamp_s=self._stamp_s, stamp_ns=self._stamp_ns,
+                             stamp_ns=self._stamp_ns,
                              drift=self._drift)
 
 
-def _finite_or(value: float, default: float) -> float:
-    return value if math.isfinite(value) else default
+def _stamp_ns(value, what: str) -> Optional[int]:
+    """A saved stamp: an integer (ns) or None; ValueError otherwise."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ValueError(f"{what} {value!r} is not an integer (ns) or null")
+    return value
+
+
+def _stamps_v2(state: dict) -> dict:
+    return {k: _stamp_ns(state[k], k) for k in _STAMPS}
+
+
+def _stamps_v1(state: dict) -> dict:
+    """A version-1 state's stamps (float seconds; NaN/-inf: none) in ns. Its ``stamp_ns``
+    (when it has one) is the estimate's stamp; the others are rounded to the ns (within
+    ~0.25 us of what they were made from at today's epoch)."""
+    def ns(key: str) -> Optional[int]:
+        v = float_from_json(state.get(key, "nan"))  # the drift's: absent from older ones
+        return round(v * 1e9) if math.isfinite(v) else None
+    out = {k: ns(k[:-3] + "_s") for k in _STAMPS}
+    saved = _stamp_ns(state.get("stamp_ns"), "stamp_ns")
+    if saved is not None:
+        out["stamp_ns"] = saved
+    return out
 
 
 def _settings_of(config: ScaleConfig) -> dict:

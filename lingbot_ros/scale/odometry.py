@@ -34,23 +34,26 @@ import numpy as np
 
 from .config import ScaleConfig
 from .json_floats import float_from_json, float_to_json
-from .samples import Rejection, SampleResult, ScaleSample
+from .samples import Rejection, SampleResult, ScaleSample, ns_of
 from ..geometry import rotation_angle
 from .se3 import interpolate_pose, is_rigid, rigid_inverse
 
 __all__ = ["PoseBuffer", "OdometrySource", "fit_odometry_scale", "odometry_rejection"]
 
 TURN_RAD = 0.1  # a window whose odometry turned more than this (and moved too little) turned
-STATE_VERSION = 1  # of OdometrySource.state_dict()
+STATE_VERSION = 2  # of OdometrySource.state_dict(); 1: stamps in float seconds (read too)
 
 
-def odometry_rejection(stamp_s, pose) -> Optional[Rejection]:
-    """The Rejection (``non_finite``) of an odometry pose that cannot be used -- a non-finite
-    stamp, a pose that is not a finite rigid 4x4 -- else None. Checked where a pose is taken,
-    also before a stream's first frame (when the source is not built yet)."""
-    if not (isinstance(stamp_s, (int, float)) and math.isfinite(stamp_s)) \
-            or not is_rigid(pose):
-        return Rejection(stamp_s if isinstance(stamp_s, float) else math.nan, "non_finite",
+def _is_stamp(stamp_ns) -> bool:
+    return isinstance(stamp_ns, (int, np.integer)) and not isinstance(stamp_ns, bool)
+
+
+def odometry_rejection(stamp_ns, pose) -> Optional[Rejection]:
+    """The Rejection (``non_finite``) of an odometry pose that cannot be used -- a stamp that
+    is not an integer (ns), a pose that is not a finite rigid 4x4 -- else None. Checked where
+    a pose is taken, also before a stream's first frame (when the source is not built yet)."""
+    if not _is_stamp(stamp_ns) or not is_rigid(pose):
+        return Rejection(int(stamp_ns) if _is_stamp(stamp_ns) else None, "non_finite",
                          "odometry pose is not a finite rigid transform")
     return None
 
@@ -60,8 +63,9 @@ class PoseBuffer:
 
     def __init__(self, max_dt_s: float, capacity: int = 4096) -> None:
         self._max_dt_s = float(max_dt_s)
+        self._max_dt_ns = ns_of(max_dt_s)
         self._capacity = int(capacity)
-        self._stamps: list[float] = []
+        self._stamps: list[int] = []
         self._poses: list[np.ndarray] = []
 
     def __len__(self) -> int:
@@ -71,48 +75,47 @@ class PoseBuffer:
         self._stamps.clear()
         self._poses.clear()
 
-    @property
-    def last_stamp_s(self) -> float:
-        return self._stamps[-1] if self._stamps else -math.inf
-
-    def poses(self) -> list[tuple[float, np.ndarray]]:
+    def poses(self) -> list[tuple[int, np.ndarray]]:
         """The buffered ``(stamp, pose)`` in stamp order (the poses are the buffer's own:
         read them, do not change them)."""
         return list(zip(self._stamps, self._poses))
 
-    def push(self, stamp_s: float, pose) -> Optional[Rejection]:
-        """Add a pose (kept sorted by stamp; a repeated stamp replaces). A non-finite stamp
-        or a pose that is not a finite rigid 4x4 is refused with a Rejection."""
-        rejected = odometry_rejection(stamp_s, pose)
+    def push(self, stamp_ns: int, pose) -> Optional[Rejection]:
+        """Add a pose (kept sorted by stamp; a repeated stamp replaces). A stamp that is not
+        an integer or a pose that is not a finite rigid 4x4 is refused with a Rejection."""
+        rejected = odometry_rejection(stamp_ns, pose)
         if rejected is not None:
             return rejected
+        stamp_ns = int(stamp_ns)
         pose = np.array(pose, dtype=np.float64)
-        i = bisect.bisect_left(self._stamps, stamp_s)
-        if i < len(self._stamps) and self._stamps[i] == stamp_s:
+        i = bisect.bisect_left(self._stamps, stamp_ns)
+        if i < len(self._stamps) and self._stamps[i] == stamp_ns:
             self._poses[i] = pose
             return None
-        self._stamps.insert(i, float(stamp_s))
+        self._stamps.insert(i, stamp_ns)
         self._poses.insert(i, pose)
         if len(self._stamps) > self._capacity:
             del self._stamps[0], self._poses[0]
         return None
 
-    def at(self, stamp_s: float) -> Union[np.ndarray, Rejection]:
-        """The pose at ``stamp_s``: exact, or interpolated between the poses around it when
+    def at(self, stamp_ns: int) -> Union[np.ndarray, Rejection]:
+        """The pose at ``stamp_ns``: exact, or interpolated between the poses around it when
         both are within ``max_dt_s``; else a Rejection (no_odometry / out_of_sync)."""
+        stamp_ns = int(stamp_ns)
         if not self._stamps:
-            return Rejection(stamp_s, "no_odometry", "no odometry received")
-        i = bisect.bisect_left(self._stamps, stamp_s)
-        if i < len(self._stamps) and self._stamps[i] == stamp_s:
+            return Rejection(stamp_ns, "no_odometry", "no odometry received")
+        i = bisect.bisect_left(self._stamps, stamp_ns)
+        if i < len(self._stamps) and self._stamps[i] == stamp_ns:
             return self._poses[i]
         if i == 0 or i == len(self._stamps):
-            return Rejection(stamp_s, "out_of_sync", "the image stamp is outside the "
-                             f"odometry's [{self._stamps[0]:.3f}, {self._stamps[-1]:.3f}] s")
+            return Rejection(stamp_ns, "out_of_sync", "the image stamp is outside the "
+                             f"odometry's [{_s(self._stamps[0])}, {_s(self._stamps[-1])}] s")
         t0, t1 = self._stamps[i - 1], self._stamps[i]
-        if stamp_s - t0 > self._max_dt_s or t1 - stamp_s > self._max_dt_s:
-            return Rejection(stamp_s, "out_of_sync", f"odometry gap [{t0:.3f}, {t1:.3f}] s "
+        if stamp_ns - t0 > self._max_dt_ns or t1 - stamp_ns > self._max_dt_ns:
+            return Rejection(stamp_ns, "out_of_sync", f"odometry gap [{_s(t0)}, {_s(t1)}] s "
                              f"around the image (max {self._max_dt_s} s each side)")
-        return interpolate_pose(self._poses[i - 1], self._poses[i], (stamp_s - t0) / (t1 - t0))
+        return interpolate_pose(self._poses[i - 1], self._poses[i],
+                                (stamp_ns - t0) / (t1 - t0))  # exact ints: one rounding
 
 
 class _BaselineWalk:
@@ -205,27 +208,25 @@ class OdometrySource:
         self._odom.clear()
         self._frames.clear()
 
-    def push_odometry(self, stamp_s: float, T_odom_base) -> Optional[Rejection]:
+    def push_odometry(self, stamp_ns: int, T_odom_base) -> Optional[Rejection]:
         """One odometry pose (metres); a Rejection (to count) if it is not usable."""
-        return self._odom.push(stamp_s, T_odom_base)
+        return self._odom.push(stamp_ns, T_odom_base)
 
-    def sample(self, stamp_s: float, c2w) -> SampleResult:
-        """Add the frame ``(stamp_s, c2w)`` and fit over the window's frames the odometry
+    def sample(self, stamp_ns: int, c2w) -> SampleResult:
+        """Add the frame ``(stamp_ns, c2w)`` and fit over the window's frames the odometry
         covers so far. The sample's stamp is the newest frame used."""
+        if not _is_stamp(stamp_ns):  # a window's stamps are integers, increasing
+            return Rejection(None, "non_finite", f"the frame's stamp is {stamp_ns!r}, not "
+                             "integer ns")
+        stamp_ns = int(stamp_ns)
         c2w = np.asarray(c2w, dtype=np.float64)
         if c2w.shape != (4, 4):
-            return Rejection(stamp_s, "wrong_size", f"c2w must be 4x4, got {c2w.shape}")
+            return Rejection(stamp_ns, "wrong_size", f"c2w must be 4x4, got {c2w.shape}")
         if not np.isfinite(c2w).all():
-            return Rejection(stamp_s, "non_finite", "c2w has NaN/inf")
-        try:
-            finite_stamp = math.isfinite(stamp_s)
-        except TypeError:
-            finite_stamp = False
-        if not finite_stamp:  # a window's stamps are finite and increasing
-            return Rejection(math.nan, "non_finite", f"the frame's stamp is {stamp_s!r}")
-        if self._frames and not stamp_s > self._frames[-1][0]:
+            return Rejection(stamp_ns, "non_finite", "c2w has NaN/inf")
+        if self._frames and not stamp_ns > self._frames[-1][0]:
             self._frames.clear()  # stamps went back: a new stretch
-        self._frames.append([float(stamp_s), c2w, None])  # [stamp, c2w, odometry pose]
+        self._frames.append([stamp_ns, c2w, None])  # [stamp, c2w, odometry pose]
         stamps, poses, odoms = [], [], []
         last: Optional[Rejection] = None
         walk = _BaselineWalk(self._config)  # where the fit stops: no older frame is needed
@@ -244,12 +245,12 @@ class OdometrySource:
             if walk.add(frame[2][:3, 3].tolist()):
                 break
         if len(odoms) < 2:
-            return last if last is not None else Rejection(stamp_s, "stationary",
+            return last if last is not None else Rejection(stamp_ns, "stationary",
                                                            "one frame in the window")
         fit = fit_odometry_scale(np.stack(poses[::-1]), np.stack(odoms[::-1]), self._bo,
                                  self._config)
         if isinstance(fit, str):
-            return Rejection(stamp_s, fit, f"{len(odoms)} frames in the window")
+            return Rejection(stamp_ns, fit, f"{len(odoms)} frames in the window")
         k, n_pairs = fit
         return ScaleSample(stamps[0], k, "odometry", support=n_pairs)
 
@@ -262,9 +263,9 @@ class OdometrySource:
         (``load_state_dict`` checks it); poses as 16 floats, row-major. Finite floats
         round-trip exactly through JSON (non-finite ones as "nan"/"inf"/"-inf")."""
         return {"version": STATE_VERSION, "T_base_optical": _floats(self._bo),
-                "frames": [[float_to_json(t), _floats(c2w), None if o is None else _floats(o)]
+                "frames": [[t, _floats(c2w), None if o is None else _floats(o)]
                            for t, c2w, o in self._frames],
-                "odometry": [[float_to_json(t), _floats(p)] for t, p in self._odom.poses()]}
+                "odometry": [[t, _floats(p)] for t, p in self._odom.poses()]}
 
     def load_state_dict(self, state) -> None:
         """Continue the window of ``state`` (``state_dict``'s output): its frames replace this
@@ -275,22 +276,24 @@ class OdometrySource:
         frames, odometry = self._parse_state(state)
         held = self._odom.poses()
         self._odom.clear()
-        for stamp_s, pose in odometry + held:
-            self._odom.push(stamp_s, pose)
+        for stamp_ns, pose in odometry + held:
+            self._odom.push(stamp_ns, pose)
         self._frames.clear()
         self._frames.extend(frames)
 
     def _parse_state(self, state) -> tuple[list, list]:
         if not isinstance(state, dict):
             raise ValueError(f"odometry window: expected a dict, got {type(state).__name__}")
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"odometry window: version {state.get('version')!r} is unknown; "
-                             f"this build reads version {STATE_VERSION}")
+        version = state.get("version")
+        if version not in (1, STATE_VERSION):
+            raise ValueError(f"odometry window: version {version!r} is unknown; this build "
+                             f"reads versions {STATE_VERSION} and 1")
+        stamp = _stamp_v1 if version == 1 else _stamp_v2
         try:
             bo = _matrix(state["T_base_optical"])
-            frames = [[float_from_json(t), _matrix(c2w), None if o is None else _matrix(o)]
+            frames = [[stamp(t), _matrix(c2w), None if o is None else _matrix(o)]
                       for t, c2w, o in state["frames"]]
-            odometry = [(float_from_json(t), _matrix(p)) for t, p in state["odometry"]]
+            odometry = [(stamp(t), _matrix(p)) for t, p in state["odometry"]]
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"odometry window is malformed ({type(exc).__name__}: {exc})") \
                 from None
@@ -298,19 +301,36 @@ class OdometrySource:
             raise ValueError("the odometry window was made with another T_base_optical (the "
                              "camera's mount on the base changed)")
         stamps = [f[0] for f in frames]
-        if not (all(math.isfinite(t) for t in stamps)
-                and all(a < b for a, b in zip(stamps, stamps[1:]))
+        if not (all(a < b for a, b in zip(stamps, stamps[1:]))
                 and all(np.isfinite(f[1]).all() and (f[2] is None or is_rigid(f[2]))
                         for f in frames)):
-            raise ValueError("odometry window: frames need finite, increasing stamps, finite "
-                             "poses and rigid odometry poses")
+            raise ValueError("odometry window: frames need increasing stamps, finite poses "
+                             "and rigid odometry poses")
         stamps = [t for t, _ in odometry]
-        if not (all(math.isfinite(t) for t in stamps)
-                and all(a < b for a, b in zip(stamps, stamps[1:]))
+        if not (all(a < b for a, b in zip(stamps, stamps[1:]))
                 and all(is_rigid(p) for _, p in odometry)):
-            raise ValueError("odometry window: odometry poses need finite, increasing stamps "
-                             "and rigid poses")
+            raise ValueError("odometry window: odometry poses need increasing stamps and "
+                             "rigid poses")
         return frames, odometry
+
+
+def _s(stamp_ns: int) -> str:
+    """A stamp for a message, in seconds."""
+    return f"{stamp_ns / 1e9:.3f}"
+
+
+def _stamp_v2(value) -> int:
+    if not _is_stamp(value):
+        raise ValueError(f"stamp {value!r} is not an integer (ns)")
+    return int(value)
+
+
+def _stamp_v1(value) -> int:
+    """A version-1 window's stamp (float seconds) in ns."""
+    seconds = float_from_json(value)
+    if not math.isfinite(seconds):
+        raise ValueError(f"stamp {value!r} is not finite")
+    return round(seconds * 1e9)
 
 
 def _floats(matrix: np.ndarray) -> list:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Union
+from typing import Optional, Union
 
 __all__ = ["ScaleSample", "Rejection", "SampleResult", "Reason", "REASONS",
-           "MAD_TO_SIGMA", "MEDIAN_EFFICIENCY"]
+           "MAD_TO_SIGMA", "MEDIAN_EFFICIENCY", "span_s", "ns_of"]
 
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution -> its standard deviation
 MEDIAN_EFFICIENCY = 1.2533  # standard error of a median = 1.2533 sigma / sqrt(n)
@@ -42,11 +42,24 @@ class Reason:
 REASONS = tuple(v for k, v in vars(Reason).items() if k.isupper())
 
 
+def span_s(start_ns: int, end_ns: int) -> float:
+    """The seconds from ``start_ns`` to ``end_ns``: stamps are integer nanoseconds everywhere
+    in scale/; a duration becomes seconds only where an algorithm computes with seconds
+    (the rate bound, the drift's duration, a stamp tolerance in a message)."""
+    return (int(end_ns) - int(start_ns)) / 1e9
+
+
+def ns_of(seconds: float) -> int:
+    """A duration or setting in seconds (``depth_max_dt_s``, ``odom_max_dt_s``) in integer
+    nanoseconds, to compare with stamp differences."""
+    return int(round(float(seconds) * 1e9))
+
+
 @dataclass(frozen=True, slots=True)
 class ScaleSample:
-    """One frame's measurement: ``metres_per_unit`` at the image stamp ``stamp_s``."""
+    """One frame's measurement: ``metres_per_unit`` at the image stamp ``stamp_ns``."""
 
-    stamp_s: float
+    stamp_ns: int
     metres_per_unit: float
     source: str
     support: int = 0  # pixels / frames / inliers the measurement rests on (information)
@@ -59,9 +72,10 @@ class ScaleSample:
 
 @dataclass(frozen=True, slots=True)
 class Rejection:
-    """Why a frame gave no sample: ``reason`` is one of :data:`REASONS`."""
+    """Why a frame gave no sample: ``reason`` is one of :data:`REASONS`; ``stamp_ns``: the
+    frame's (or the odometry pose's) stamp, None when the input had no usable stamp."""
 
-    stamp_s: float
+    stamp_ns: Optional[int]
     reason: str
     detail: str = ""
 

@@ -16,8 +16,7 @@ from .config import ScaleConfig
 from .depth import DepthSource
 from .odometry import OdometrySource, odometry_rejection
 from .samples import Reason, Rejection, SampleResult
-from .sources import (Lookup, LookupMissed, ScaleSource, Seconds, SourceKind, ns_to_s,
-                      source_kind)
+from .sources import Lookup, LookupMissed, ScaleSource, SourceKind, source_kind
 
 __all__ = ["make_source", "Sampleless", "DepthSampler", "CameraHeightSampler",
            "OdometrySampler"]
@@ -29,8 +28,8 @@ class Sampleless:
     """A source that samples nothing (``none``, ``fixed``); the base of the others."""
 
     def __init__(self, kind: SourceKind, config: ScaleConfig, log,
-                 point_min_conf: Optional[float] = None, seconds: Seconds = ns_to_s) -> None:
-        self.kind, self.config, self._log, self._s = kind, config, log, seconds
+                 point_min_conf: Optional[float] = None) -> None:
+        self.kind, self.config, self._log = kind, config, log
 
     def push_depth(self, stamp_ns: int, image: np.ndarray, encoding: str) -> None:
         pass
@@ -57,29 +56,29 @@ class Sampleless:
         pass
 
 
-def _no_depth(stamp_s: float) -> Rejection:
-    return Rejection(stamp_s, Reason.NO_DEPTH, "no predicted depth for this frame")
+def _no_depth(stamp_ns: int) -> Rejection:
+    return Rejection(stamp_ns, Reason.NO_DEPTH, "no predicted depth for this frame")
 
 
 class DepthSampler(Sampleless):
     """``depth``: the aligned depth image matched to the frame's stamp (pinned when the
     frame was handed in) against the frame's predicted depth."""
 
-    def __init__(self, kind, config, log, point_min_conf=None, seconds=ns_to_s) -> None:
-        super().__init__(kind, config, log, seconds=seconds)
+    def __init__(self, kind, config, log, point_min_conf=None) -> None:
+        super().__init__(kind, config, log)
         self._depth = DepthSource(config)
 
     def push_depth(self, stamp_ns, image, encoding) -> None:
-        self._depth.push_depth(self._s(stamp_ns), image, encoding)
+        self._depth.push_depth(stamp_ns, image, encoding)
 
     def pin(self, stamp_ns) -> None:
-        self._depth.pin(self._s(stamp_ns))
+        self._depth.pin(stamp_ns)
 
     def sample(self, result, T_base_optical, took) -> SampleResult:
-        stamp_s = self._s(result.stamp_ns)
+        stamp_ns = int(result.stamp_ns)
         if result.depth is None:
-            return _no_depth(stamp_s)
-        return self._depth.sample(stamp_s, result.depth, result.depth_conf, result.crop)
+            return _no_depth(stamp_ns)
+        return self._depth.sample(stamp_ns, result.depth, result.depth_conf, result.crop)
 
     def reset(self, keep_sensor: bool = True) -> None:
         if not keep_sensor:
@@ -90,30 +89,30 @@ class CameraHeightSampler(Sampleless):
     """``camera_height``: the floor in the frame's predicted points; the height configured
     (the up axis: the base's, from ``T_base_optical``), else TF ``ground -> optical``."""
 
-    def __init__(self, kind, config, log, point_min_conf=None, seconds=ns_to_s) -> None:
+    def __init__(self, kind, config, log, point_min_conf=None) -> None:
         if point_min_conf is not None:  # the confident points are those of the point files
             config = dataclasses.replace(config, depth_min_conf=point_min_conf)
-        super().__init__(kind, config, log, seconds=seconds)
+        super().__init__(kind, config, log)
         self._ground: Optional[Lookup] = None
 
     def attach_tf(self, ground, odometry) -> None:
         self._ground = ground
 
     def sample(self, result, T_base_optical, took) -> SampleResult:
-        stamp_s = self._s(result.stamp_ns)
+        stamp_ns = int(result.stamp_ns)
         if result.depth is None:
-            return _no_depth(stamp_s)
+            return _no_depth(stamp_ns)
         height_m, T_up = self.config.camera_height_m, T_base_optical
         if height_m is None:
             if self._ground is None:
-                return Rejection(stamp_s, Reason.NO_GROUND_FRAME, "no TF tree to look the "
+                return Rejection(stamp_ns, Reason.NO_GROUND_FRAME, "no TF tree to look the "
                                  "ground frame up in (set scale.camera_height_m)")
             try:
                 T_up = self._ground(result.stamp_ns)
             except LookupMissed as exc:
-                return Rejection(stamp_s, Reason.NO_GROUND_FRAME, str(exc))
+                return Rejection(stamp_ns, Reason.NO_GROUND_FRAME, str(exc))
             height_m = float(T_up[2, 3])
-        return camera_height_depth_sample(stamp_s, result.depth, result.K_model, T_up,
+        return camera_height_depth_sample(stamp_ns, result.depth, result.K_model, T_up,
                                           height_m, self.config, result.depth_conf)
 
 
@@ -121,8 +120,8 @@ class OdometrySampler(Sampleless):
     """``odometry``: odometry poses pushed (``odom_in``) or looked up on TF at each frame's
     stamp; the window is built at the first frame (the camera's mount ``T_base_optical``)."""
 
-    def __init__(self, kind, config, log, point_min_conf=None, seconds=ns_to_s) -> None:
-        super().__init__(kind, config, log, seconds=seconds)
+    def __init__(self, kind, config, log, point_min_conf=None) -> None:
+        super().__init__(kind, config, log)
         self._odometry: Optional[OdometrySource] = None
         self._T_bo: Optional[np.ndarray] = None
         self._pending: list = []  # odometry before the first frame (T_bo unknown)
@@ -136,12 +135,11 @@ class OdometrySampler(Sampleless):
         self._tf_pending.clear()
 
     def push_odometry(self, stamp_ns, T_odom_base) -> Optional[Rejection]:
-        stamp_s = self._s(stamp_ns)
         if self._odometry is not None:
-            return self._odometry.push_odometry(stamp_s, T_odom_base)
-        rejected = odometry_rejection(stamp_s, T_odom_base)
+            return self._odometry.push_odometry(stamp_ns, T_odom_base)
+        rejected = odometry_rejection(stamp_ns, T_odom_base)
         if rejected is None:
-            self._pending.append((stamp_s, np.array(T_odom_base, float)))
+            self._pending.append((int(stamp_ns), np.array(T_odom_base, float)))
             del self._pending[:-4096]
         return rejected
 
@@ -149,10 +147,10 @@ class OdometrySampler(Sampleless):
         odometry = self._source(T_base_optical)
         if self._lookup is not None:
             self._pull_tf(result.stamp_ns, took)
-        sample = odometry.sample(self._s(result.stamp_ns), result.c2w)
+        sample = odometry.sample(result.stamp_ns, result.c2w)
         if (isinstance(sample, Rejection) and self._tf_error
                 and sample.reason in (Reason.NO_ODOMETRY, Reason.OUT_OF_SYNC)):
-            sample = Rejection(sample.stamp_s, sample.reason,
+            sample = Rejection(sample.stamp_ns, sample.reason,
                                f"{sample.detail}; TF: {self._tf_error}")
         return sample
 
@@ -172,7 +170,7 @@ class OdometrySampler(Sampleless):
                     keep.append(s)
                 continue
             self._tf_error = ""
-            took(self._odometry.push_odometry(self._s(s), T), s)
+            took(self._odometry.push_odometry(s, T), s)
         self._tf_pending = keep
 
     def reset(self, keep_sensor: bool = True) -> None:
@@ -189,8 +187,8 @@ class OdometrySampler(Sampleless):
             if self._saved is not None:  # a restored snapshot's window
                 self._restore(self._saved)
                 self._saved = None
-            for stamp_s, T in self._pending:
-                self._odometry.push_odometry(stamp_s, T)
+            for stamp_ns, T in self._pending:
+                self._odometry.push_odometry(stamp_ns, T)
             self._pending = []
         return self._odometry
 
@@ -221,11 +219,11 @@ class OdometrySampler(Sampleless):
         return True
 
 
-def make_source(config: ScaleConfig, log, point_min_conf: Optional[float] = None,
-                seconds: Seconds = ns_to_s) -> ScaleSource:
+def make_source(config: ScaleConfig, log,
+                point_min_conf: Optional[float] = None) -> ScaleSource:
     """A new source object of ``config.source``, the class the registry names
     (``SourceKind.impl``): ``log``: where a warning goes; ``point_min_conf``: the confidence
     of the points a floor is fitted in, else ``scale.depth_min_conf`` (the offline runner's
-    ``--min-conf``); ``seconds``: the stream's ns -> s."""
+    ``--min-conf``)."""
     kind = source_kind(config.source)
-    return globals()[kind.impl](kind, config, log, point_min_conf, seconds)
+    return globals()[kind.impl](kind, config, log, point_min_conf)

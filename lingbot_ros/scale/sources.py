@@ -12,10 +12,10 @@ registered source what it needs (``needs_depth``, ``needs_sensor_depth``,
 
 A source object holds only its own buffers (depth images, the odometry window, TF lookups);
 the stream's owner (:class:`~lingbot_ros.scale.stream.ScaleStream`) holds the estimator and
-the lock and calls the source under it. Stamps are integer nanoseconds; a source converts to
-seconds (the stream's ``seconds``: :func:`ns_to_s`, or :func:`ns_div_s` for the offline
-runner) only where its algorithm computes with seconds (the depth buffer's match, the
-odometry window, the estimator's rate bound).
+the lock and calls the source under it. Stamps are integer nanoseconds throughout (the
+samples', the buffers', the estimator's and the snapshots'); a duration becomes seconds only
+where an algorithm computes with seconds (``samples.span_s``: the estimator's rate bound,
+the drift's duration, the stale clock).
 """
 from __future__ import annotations
 
@@ -30,24 +30,7 @@ if TYPE_CHECKING:
     from .config import ScaleConfig
 
 __all__ = ["ScaleSource", "SourceKind", "SOURCES", "SCALE_SOURCES", "source_kind",
-           "LookupMissed", "Lookup", "Seconds", "ns_to_s", "ns_div_s"]
-
-
-
-def ns_to_s(stamp_ns: int) -> float:
-    """A stamp in ns -> seconds, where an algorithm computes with seconds (the node's
-    conversion, ``stamp_ns * 1e-9``): within one stream equal stamps give equal floats."""
-    return int(stamp_ns) * 1e-9
-
-
-def ns_div_s(stamp_ns: int) -> float:
-    """The offline runner's conversion (``stamp_ns / 1e9``). It differs from
-    :func:`ns_to_s` in the last bit for about 4 stamps in 10; kept so that the offline
-    files stay byte-identical to those of the builds before the one ``ScaleStream``."""
-    return int(stamp_ns) / 1e9
-
-
-Seconds = Callable[[int], float]  # a stamp in ns -> seconds
+           "LookupMissed", "Lookup"]
 
 
 class LookupMissed(Exception):

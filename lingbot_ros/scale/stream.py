@@ -9,8 +9,9 @@ front ends only adapt their inputs to it: the node its messages and TF
 (ros/intake/scale_msgs.py, ros/intake/scale_inputs.py), the offline runner a dataset's depth
 readings (tools/offline/scale_args.py). The source is the registry's (scale/sources.py).
 
-Stamps are integer nanoseconds (the estimate carries its ``stamp_ns``); the stream converts
-to seconds (``seconds``) only where the algorithms compute with seconds. Readers get
+Stamps are integer nanoseconds throughout (the estimate carries its ``stamp_ns``; the
+samples, the sources' buffers and the snapshot hold ns); durations become seconds only inside
+the algorithms that compute with seconds (``samples.span_s``). Readers get
 immutable :class:`ScaleEstimate` snapshots. The lock guards the source's buffers and the
 estimate: the node's executor pushes sensor data while its worker feeds frames.
 """
@@ -27,29 +28,28 @@ from .config import ScaleConfig
 from .estimator import ScaleEstimate, ScaleEstimator
 from .samples import Rejection, SampleResult
 from .source_impl import make_source
-from .sources import Lookup, Seconds, ns_to_s
+from .sources import Lookup
 
 __all__ = ["ScaleStream", "SNAPSHOT_KEY", "STATE_SCHEMA"]
 
 SNAPSHOT_KEY = "scale"  # a stream snapshot's front_end_state[SNAPSHOT_KEY]: state_dict()
 STATE_SCHEMA = 2  # of ScaleStream.state_dict(); 1: the node's and the offline's older ones
+# (the estimator's and the odometry window's own versions say whether stamps are ns or s)
 _log = logging.getLogger(__name__)
 
 
 class ScaleStream:
     def __init__(self, config: ScaleConfig, log=None,
-                 point_min_conf: Optional[float] = None, seconds: Seconds = ns_to_s) -> None:
+                 point_min_conf: Optional[float] = None) -> None:
         """``log``: where a warning goes (the node's logger; default Python's ``logging``
         for this module), called ``log.warning(text)``; ``point_min_conf``: the confidence
         of the points a floor is fitted in (the offline runner's ``--min-conf``; None:
-        ``scale.depth_min_conf``); ``seconds``: ns -> s where an algorithm computes with
-        seconds (the offline runner passes ``ns_div_s``, its files' historical floats)."""
+        ``scale.depth_min_conf``)."""
         self.config = config
         self.kind = config.kind
         self._log = log if log is not None else _log
-        self._s = seconds
         self._estimator = ScaleEstimator(config)
-        self._source = make_source(config, self._log, point_min_conf, seconds)
+        self._source = make_source(config, self._log, point_min_conf)
         self._lock = threading.Lock()  # the source's buffers: pushes vs frames
         self._estimate = self._estimator.estimate
         self._last_frame: Optional[tuple[int, float]] = None  # (stamp ns, time.monotonic())
@@ -124,7 +124,7 @@ class ScaleStream:
         with self._lock:
             self.frames += 1
             self._note_frame(int(stamp_ns))
-            self._add(Rejection(self._s(stamp_ns), reason, detail), int(stamp_ns))
+            self._add(Rejection(int(stamp_ns), reason, detail), int(stamp_ns))
         return self._estimate
 
     def _note_frame(self, stamp_ns: int) -> None:
@@ -162,8 +162,8 @@ class ScaleStream:
             last = self._last_frame
             if last is None:
                 return None
-            now_s = self._s(last[0]) + max(0.0, now_monotonic - last[1])
-            reason = self._estimator.stale_reason(now_s)
+            now_ns = last[0] + round(max(0.0, now_monotonic - last[1]) * 1e9)
+            reason = self._estimator.stale_reason(now_ns)
             detail = self._detail if reason == self._estimate.reason else ""
         return f"{reason} ({detail})" if reason and detail else reason
 

@@ -1,12 +1,19 @@
 """Synthetic ground truth for the scale tests: robot motions, mounts, planes (numpy)."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from lingbot_ros.scale.se3 import rigid_inverse, rotation_exp
 
 # camera_link -> optical: x_opt = -y_body, y_opt = -z_body, z_opt = x_body
 R_BODY_OPTICAL = np.array([[0.0, 0.0, 1.0], [-1.0, 0.0, 0.0], [0.0, -1.0, 0.0]])
+
+
+def ns(t: float) -> int:
+    """A stamp or time in seconds (a float or numpy float) as the integer ns scale/ takes."""
+    return round(float(t) * 1e9)
 
 
 def pose(rotvec=(0.0, 0.0, 0.0), t=(0.0, 0.0, 0.0)) -> np.ndarray:
@@ -55,3 +62,16 @@ def base_path(kind: str, n: int, dt: float = 1 / 30, speed: float = 0.5,
         y += v * dt * np.sin(yaw)
         yaw += w * dt
     return out
+
+
+def as_version_1(state: dict) -> dict:
+    """An estimator state as a version-1 build wrote it (strict JSON): each ``<name>_ns``
+    stamp as ``<name>_s`` float seconds ("nan": none; "-inf" for no last rejection), and
+    ``stamp_ns`` besides."""
+    v1 = {k: v for k, v in state.items() if not k.endswith("_ns")}
+    v1.update({k[:-3] + "_s": "nan" if v is None else v / 1e9
+               for k, v in state.items() if k.endswith("_ns")})
+    if state["last_rejection_ns"] is None:
+        v1["last_rejection_s"] = "-inf"
+    v1.update(version=1, stamp_ns=state["stamp_ns"])
+    return json.loads(json.dumps(v1, allow_nan=False))

@@ -11,7 +11,7 @@ from lingbot_ros.scale import (Rejection, ScaleConfig, ScaleEstimator, ScaleSamp
                                depth_grid_points, fit_ground_plane)
 from lingbot_ros.scale.se3 import rigid_inverse
 
-from .synth import mount, pose
+from .synth import mount, ns, pose
 
 CFG = ScaleConfig(source="camera_height", camera_height_m=1.65)
 
@@ -49,10 +49,10 @@ def test_recovers_k_from_the_floor(height, k, pitch):
     rng = np.random.default_rng(int(height * 100 + k))
     T_bo = mount(forward=0.2, up=height, pitch_down_rad=pitch)
     pts = scene_in_optical(T_bo, height, k, rng)
-    s = camera_height_sample(3.0, pts, T_bo, height, CFG)
+    s = camera_height_sample(ns(3.0), pts, T_bo, height, CFG)
     assert isinstance(s, ScaleSample), s
     assert s.metres_per_unit == pytest.approx(k, rel=0.01)
-    assert s.stamp_s == 3.0 and s.support >= CFG.ground_min_inliers
+    assert s.stamp_ns == ns(3.0) and s.support >= CFG.ground_min_inliers
 
 
 def test_image_shaped_points_with_confidence_and_configured_height():
@@ -65,7 +65,7 @@ def test_image_shaped_points_with_confidence_and_configured_height():
     img = img.copy()
     img[garbage] = rng.normal(0, 3, (int(garbage.sum()), 3))  # low confidence: masked
     conf[garbage] = 1.0
-    s = camera_height_sample(0.0, img, T_bo, None, CFG, conf=conf)
+    s = camera_height_sample(0, img, T_bo, None, CFG, conf=conf)
     assert s.metres_per_unit == pytest.approx(2.0, rel=0.01)
 
 
@@ -75,8 +75,9 @@ def test_no_floor_gives_no_sample():
     for kw in ({"floor": False}, {"floor": False, "wall": True},
                {"floor_tilt": 0.6}):  # a 34 degree slope is not a floor (max 10)
         pts = scene_in_optical(T_bo, 1.0, 1.0, rng, **kw)
-        r = camera_height_sample(0.0, pts, T_bo, 1.0, CFG)
+        r = camera_height_sample(ns(2.5), pts, T_bo, 1.0, CFG)
         assert isinstance(r, Rejection) and r.reason == "no_floor", kw
+        assert r.stamp_ns == ns(2.5)
     est = ScaleEstimator(CFG)
     est.add(r)
     assert est.estimate.rejection_count("no_floor") == 1
@@ -116,7 +117,7 @@ def test_garbage_never_raises(n, dtype, fill, seed):
     rng = np.random.default_rng(seed)
     pts = rng.normal(0, 2, (n, 3)).astype(dtype)
     pts[::7] = fill
-    r = camera_height_sample(0.0, pts, mount(up=1.0), 1.0, CFG)
+    r = camera_height_sample(0, pts, mount(up=1.0), 1.0, CFG)
     assert isinstance(r, (Rejection, ScaleSample))
 
 
@@ -128,7 +129,7 @@ def test_a_small_floor_among_clutter_and_a_wall_is_found():
         T_bo = mount(forward=0.2, up=height, pitch_down_rad=0.3)
         pts = scene_in_optical(T_bo, height, 3.0, rng, n_floor=1500, n_clutter=6000,
                                wall=True)
-        s = camera_height_sample(0.0, pts, T_bo, height, CFG)
+        s = camera_height_sample(0, pts, T_bo, height, CFG)
         assert isinstance(s, ScaleSample), (height, s)
         assert s.metres_per_unit == pytest.approx(3.0, rel=0.01)
 
@@ -137,9 +138,9 @@ def test_deterministic_and_the_same_from_float32_points():
     rng = np.random.default_rng(7)
     T_bo = mount(up=1.65, pitch_down_rad=0.2)
     pts = scene_in_optical(T_bo, 1.65, 2.0, rng)
-    first = camera_height_sample(0.0, pts, T_bo, 1.65, CFG)
-    assert camera_height_sample(0.0, pts, T_bo, 1.65, CFG) == first
-    s32 = camera_height_sample(0.0, pts.astype(np.float32), T_bo, 1.65, CFG)
+    first = camera_height_sample(0, pts, T_bo, 1.65, CFG)
+    assert camera_height_sample(0, pts, T_bo, 1.65, CFG) == first
+    s32 = camera_height_sample(0, pts.astype(np.float32), T_bo, 1.65, CFG)
     assert s32.metres_per_unit == pytest.approx(first.metres_per_unit, rel=1e-4)
 
 

@@ -11,6 +11,8 @@ from lingbot_ros.preprocess import compute_crop
 from lingbot_ros.scale import (DepthBuffer, DepthSource, Rejection, ScaleConfig, ScaleEstimator,
                                ScaleSample, crop_depth, depth_sample, sensor_depth_m)
 
+from .synth import ns
+
 CFG = ScaleConfig(source="depth")
 CROPS = {
     "reference_640x480": compute_crop((480, 640)),  # 518x392, no crop
@@ -79,8 +81,9 @@ def test_recovers_k_with_noise_holes_and_outliers(k, encoding, name):
         image = np.round(sensor * 1000).astype(np.uint16)
     conf = np.where(rng.random(pred.shape) < 0.1, 1.0, 3.0).astype(np.float32)
     pred[conf < 1.5] *= 50  # low-confidence garbage, masked
-    s = depth_sample(1.0, image, encoding, pred, conf, crop, CFG)
+    s = depth_sample(ns(1.0), image, encoding, pred, conf, crop, CFG)
     assert isinstance(s, ScaleSample), s
+    assert s.stamp_ns == ns(1.0)
     assert s.metres_per_unit == pytest.approx(k, rel=0.01)
     assert s.support >= CFG.min_pixels
 
@@ -92,14 +95,14 @@ def test_depth_unit_override_and_big_endian():
     pred = model_depth(truth, crop, 2.0, rng)
     tenth_mm = np.round(truth * 1e4).astype(">u2")  # 0.1 mm units, big-endian
     cfg = ScaleConfig(source="depth", depth_unit_m=1e-4, depth_max_m=6.5)
-    s = depth_sample(0.0, tenth_mm, "16UC1", pred, None, crop, cfg)
+    s = depth_sample(0, tenth_mm, "16UC1", pred, None, crop, cfg)
     assert s.metres_per_unit == pytest.approx(2.0, rel=0.01)
     np.testing.assert_allclose(sensor_depth_m(tenth_mm, "16UC1", 1e-4), truth, atol=1e-4)
     with pytest.raises(ValueError, match="not one of"):  # names exact, as image_decode's
         sensor_depth_m(tenth_mm, "16uc1", 1e-4)
     mm_as_float = (truth * 1000).astype(np.float32)
     cfg = ScaleConfig(source="depth", depth_unit_m=1e-3)
-    assert depth_sample(0.0, mm_as_float, "32FC1", pred, None, crop, cfg).metres_per_unit \
+    assert depth_sample(0, mm_as_float, "32FC1", pred, None, crop, cfg).metres_per_unit \
         == pytest.approx(2.0, rel=0.01)
 
 
@@ -112,22 +115,29 @@ def test_estimator_locks_at_k_from_depth_frames():
         truth = scene_m(crop.input_hw, rng)
         pred = model_depth(truth, crop, 0.42, rng, noise=0.05)
         t = i / 30
-        src.push_depth(t + 0.004, np.round(truth * 1000).astype(np.uint16), "16UC1")
-        e = est.add(src.sample(t, pred, None, crop))
+        src.push_depth(ns(t + 0.004), np.round(truth * 1000).astype(np.uint16), "16UC1")
+        e = est.add(src.sample(ns(t), pred, None, crop))
     assert e.locked and e.metres_per_unit == pytest.approx(0.42, rel=0.01)
 
 
 def test_buffer_matches_exact_or_nearest_within_max_dt():
     buf = DepthBuffer(max_dt_s=0.02)
-    assert buf.match(1.0).reason == "no_depth"
+    r = buf.match(ns(1.0))
+    assert (r.reason, r.stamp_ns) == ("no_depth", ns(1.0))
     img = np.zeros((2, 2), np.uint16)
     for t in (1.0, 1.033, 1.066):
-        buf.push(t, img, "16UC1")
-    assert buf.match(1.033).stamp_s == 1.033
-    assert buf.match(1.05).stamp_s == 1.066  # 16 ms away
-    assert buf.match(1.04).stamp_s == 1.033
-    r = buf.match(1.2)
-    assert isinstance(r, Rejection) and r.reason == "out_of_sync"
+        buf.push(ns(t), img, "16UC1")
+    assert buf.match(ns(1.033)).stamp_ns == ns(1.033)
+    assert buf.match(ns(1.05)).stamp_ns == ns(1.066)  # 16 ms away
+    assert buf.match(ns(1.04)).stamp_ns == ns(1.033)
+    r = buf.match(ns(1.2))
+    assert isinstance(r, Rejection) and r.reason == "out_of_sync" and r.stamp_ns == ns(1.2)
+    # max_dt_s in seconds, compared in exact ns (also at an epoch stamp)
+    epoch = 1_700_000_000_123_456_789
+    buf.push(epoch, img, "16UC1")
+    assert buf.match(epoch + 20_000_000).stamp_ns == epoch
+    assert buf.match(epoch - 20_000_000).stamp_ns == epoch
+    assert buf.match(epoch + 20_000_001).reason == "out_of_sync"
 
 
 def test_a_pinned_frame_keeps_its_depth_however_late_its_result_comes():
@@ -140,17 +150,19 @@ def test_a_pinned_frame_keeps_its_depth_however_late_its_result_comes():
     mm = np.round(truth * 1000).astype(np.uint16)
     late, pinned = DepthSource(CFG, capacity=4), DepthSource(CFG, capacity=4)
     for src in (late, pinned):
-        src.push_depth(0.0, mm, "16UC1")
-    pinned.pin(0.0)
-    pinned.pin(5.0)  # no depth near 5 s yet: nothing pinned, sample looks again
+        src.push_depth(0, mm, "16UC1")
+    pinned.pin(0)
+    pinned.pin(ns(5.0))  # no depth near 5 s yet: nothing pinned, sample looks again
     for i in range(1, 10):  # 9 newer depth images arrive while the frame is computed
         for src in (late, pinned):
-            src.push_depth(i / 30, mm, "16UC1")
-    assert late.sample(0.0, pred, None, crop).reason == "out_of_sync"
-    assert pinned.sample(0.0, pred, None, crop).metres_per_unit == pytest.approx(0.5, rel=0.01)
-    assert pinned.sample(0.0, pred, None, crop).reason == "out_of_sync"  # used once
-    pinned.push_depth(5.0, mm, "16UC1")
-    assert pinned.sample(5.0, pred, None, crop).metres_per_unit == pytest.approx(0.5, rel=0.01)
+            src.push_depth(ns(i / 30), mm, "16UC1")
+    assert late.sample(0, pred, None, crop).reason == "out_of_sync"
+    s = pinned.sample(0, pred, None, crop)
+    assert s.metres_per_unit == pytest.approx(0.5, rel=0.01) and s.stamp_ns == 0
+    assert pinned.sample(0, pred, None, crop).reason == "out_of_sync"  # used once
+    pinned.push_depth(ns(5.0), mm, "16UC1")
+    s = pinned.sample(ns(5.0), pred, None, crop)
+    assert s.metres_per_unit == pytest.approx(0.5, rel=0.01) and s.stamp_ns == ns(5.0)
 
 
 def good_frame(rng=np.random.default_rng(0)):
@@ -197,7 +209,7 @@ def test_garbage_never_raises(encoding, dtype, dh, dw, fill):
         bad_pred = pred.copy()
         bad_pred[::5] = fill
     for p in (pred, bad_pred):
-        r = depth_sample(0.0, img, encoding, p, None, crop, CFG)
+        r = depth_sample(0, img, encoding, p, None, crop, CFG)
         assert isinstance(r, (Rejection, ScaleSample))
 
 
@@ -215,7 +227,7 @@ def test_property_recovers_k_within_1_percent_or_refuses(k, noise, holes, outlie
     sensor[bad] *= rng.uniform(0.2, 3.0, int(bad.sum()))
     sensor[rng.random(sensor.shape) < holes] = 0.0
     image = sensor if encoding == "32FC1" else np.round(sensor * 1000).astype(np.uint16)
-    r = depth_sample(0.0, image, encoding, pred, None, crop, CFG)
+    r = depth_sample(0, image, encoding, pred, None, crop, CFG)
     if isinstance(r, ScaleSample):
         assert r.metres_per_unit == pytest.approx(k, rel=0.01)
     else:

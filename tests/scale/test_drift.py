@@ -13,6 +13,8 @@ from lingbot_ros.scale import (Rejection, ScaleConfig, ScaleEstimator, ScaleSamp
                                measure_drift)
 from lingbot_ros.scale.drift import SPREAD_FLOOR
 
+from .synth import as_version_1, ns
+
 HZ = 30.0
 TRUE = 2.5  # metres per model unit before the change
 
@@ -24,8 +26,9 @@ def noisy(n: int, value: float, noise: float, seed: int) -> list[float]:
 
 
 def run(est: ScaleEstimator, values, t0: float = 0.0):
-    """Feed samples at 30 Hz from ``t0``; the snapshot after each."""
-    return [est.add(ScaleSample(t0 + i / HZ, v, "depth")) for i, v in enumerate(values)]
+    """Feed samples at 30 Hz from ``t0`` (seconds; stamped in integer ns); the snapshot after
+    each."""
+    return [est.add(ScaleSample(ns(t0 + i / HZ), v, "depth")) for i, v in enumerate(values)]
 
 
 def locked_estimator(noise: float = 0.02, seed: int = 0, **kw) -> ScaleEstimator:
@@ -36,19 +39,28 @@ def locked_estimator(noise: float = 0.02, seed: int = 0, **kw) -> ScaleEstimator
 
 
 def test_agreeing_samples_give_a_small_drift_and_no_warning():
-    d = measure_drift([0.0] * 10, 0.0, 5.0, math.nan, 5.0, 1.0)
-    assert d.sigmas == 0.0 and not d.warning and d.for_s == 0.0 and math.isnan(d.since_s)
+    d = measure_drift([0.0] * 10, 0.0, ns(5.0), None, 5.0, 1.0)
+    assert d.sigmas == 0.0 and not d.warning and d.for_s == 0.0 and d.since_ns is None
     assert d.recent_metres_per_unit == d.applied_metres_per_unit == 1.0
 
 
 def test_a_disagreement_counts_its_duration_from_its_first_sample():
     recent = [math.log(1.5)] * 10
-    first = measure_drift(recent, 0.0, 10.0, math.nan, 5.0, 1.0)
-    assert first.since_s == 10.0 and first.for_s == 0.0 and not first.warning
-    later = measure_drift(recent, 0.0, 10.9, first.since_s, 5.0, 1.0)
+    first = measure_drift(recent, 0.0, ns(10.0), None, 5.0, 1.0)
+    assert first.since_ns == ns(10.0) and first.for_s == 0.0 and not first.warning
+    later = measure_drift(recent, 0.0, ns(10.9), first.since_ns, 5.0, 1.0)
+    assert later.since_ns == ns(10.0)
     assert later.for_s == pytest.approx(0.9) and not later.warning
-    last = measure_drift(recent, 0.0, 11.0, later.since_s, 5.0, 1.0)
+    last = measure_drift(recent, 0.0, ns(11.0), later.since_ns, 5.0, 1.0)
+    assert last.since_ns == ns(10.0)
     assert last.for_s == pytest.approx(1.0) and last.warning
+    # integer ns: exactly drift_warn_s, also at an epoch stamp (float seconds: ~0.24 us off)
+    epoch = 1_700_000_000_123_456_789
+    start = measure_drift(recent, 0.0, epoch, None, 5.0, 1.0)
+    assert start.since_ns == epoch
+    assert not measure_drift(recent, 0.0, epoch + 999_999_999, epoch, 5.0, 1.0).warning
+    held = measure_drift(recent, 0.0, epoch + 10**9, epoch, 5.0, 1.0)
+    assert held.for_s == 1.0 and held.warning and held.since_ns == epoch
     # noiseless samples: the spread floor, not a division by zero
     assert last.sigmas == pytest.approx(
         math.log(1.5) / (1.2533 * SPREAD_FLOOR / math.sqrt(10)))
@@ -57,8 +69,14 @@ def test_a_disagreement_counts_its_duration_from_its_first_sample():
 
 def test_stamps_going_back_start_the_disagreement_anew():
     recent = [math.log(1.5)] * 10
-    d = measure_drift(recent, 0.0, 4.0, 10.0, 5.0, 1.0)
-    assert d.since_s == 4.0 and d.for_s == 0.0
+    d = measure_drift(recent, 0.0, ns(4.0), ns(10.0), 5.0, 1.0)
+    assert d.since_ns == ns(4.0) and d.for_s == 0.0
+
+
+def test_no_stamp_is_no_disagreement_under_way():
+    recent = [math.log(1.5)] * 10
+    d = measure_drift(recent, 0.0, None, ns(10.0), 5.0, 1.0)
+    assert d.since_ns is None and d.for_s == 0.0 and not d.warning and d.sigmas > 5.0
 
 
 def test_the_probes_change_warns_with_the_figure_within_a_second_and_a_half():
@@ -116,7 +134,8 @@ def test_no_drift_before_lock_after_reset_or_on_rejections():
     assert all(e.drift is None for e in run(est, [TRUE] * 9))  # CONVERGING
     run(est, noisy(60, TRUE / 1.5, 0.02, 5), t0=1.0)
     drift = est.estimate.drift
-    assert est.add(Rejection(10.0, "out_of_sync")).drift is drift  # kept as it was
+    assert est.add(Rejection(ns(10.0), "out_of_sync")).drift is drift  # kept as it was
+    assert est.add(Rejection(None, "non_finite")).drift is drift
     assert est.reset().drift is None
 
 
@@ -125,15 +144,19 @@ def test_a_restored_estimator_continues_the_drift():
     run(est, noisy(20, TRUE / 1.5, 0.02, 6), t0=100 / HZ)
     assert est.estimate.drift.for_s > 0  # under way, not warning yet
     state = json.loads(json.dumps(est.state_dict(), allow_nan=False))
+    saved = est.estimate.drift
     copy = ScaleEstimator(est.config)
-    assert copy.load_state_dict(state).drift == est.estimate.drift
+    assert copy.load_state_dict(state).drift == saved
     more = noisy(30, TRUE / 1.5, 0.02, 7)
     t0 = 120 / HZ
     assert [e.drift for e in run(copy, more, t0)] == [e.drift for e in run(est, more, t0)]
     assert est.estimate.drift_warning and copy.estimate.drift_warning
-    del state["drift_since_s"], state["drift_stamp_s"], state["drift_before_s"]
+    assert state["version"] == 2 and state["drift_since_ns"] is not None
+    v1 = as_version_1(state)  # stamps in float seconds: a version-1 build's, drift and all
+    assert ScaleEstimator(est.config).load_state_dict(v1).drift == saved
+    del v1["drift_since_s"], v1["drift_stamp_s"], v1["drift_before_s"]
     older = ScaleEstimator(est.config)  # a snapshot of an older build: no drift under way
-    assert older.load_state_dict(state).drift.for_s == 0.0
+    assert older.load_state_dict(v1).drift.for_s == 0.0
 
 
 @pytest.mark.parametrize("kw, match", [

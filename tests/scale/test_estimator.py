@@ -12,6 +12,11 @@ from lingbot_ros.scale import (REASONS, Rejection, ScaleConfig, ScaleDrift, Scal
                                ScaleSample, ScaleState)
 
 
+def ns(t: float) -> int:
+    """A stamp in seconds as the estimator takes it: integer ns."""
+    return round(t * 1e9)
+
+
 def depth_cfg(**kw) -> ScaleConfig:
     return ScaleConfig(source="depth", **kw)
 
@@ -19,7 +24,7 @@ def depth_cfg(**kw) -> ScaleConfig:
 def feed(est, values, t0=0.0, dt=1 / 30, source="depth"):
     out = []
     for i, v in enumerate(values):
-        out.append(est.add(ScaleSample(t0 + i * dt, float(v), source)))
+        out.append(est.add(ScaleSample(ns(t0 + i * dt), float(v), source)))
     return out
 
 
@@ -29,7 +34,7 @@ def test_none_stays_unknown_in_model_units():
     assert e.state is ScaleState.UNKNOWN and e.output_factor is None
     assert e.units == "model units" and math.isnan(e.metres_per_unit)
     assert "model units" in e.status_text
-    assert est.stale_reason(1e9) is None
+    assert est.stale_reason(ns(1e9)) is None
 
 
 def test_fixed_is_locked_at_once():
@@ -37,7 +42,7 @@ def test_fixed_is_locked_at_once():
     e = est.estimate
     assert e.locked and e.output_factor == 0.25 and e.sigma_log == 0.0 and e.units == "m"
     assert est.reset().output_factor == 0.25  # a new stream: still the factor
-    assert est.stale_reason(1e9) is None
+    assert est.stale_reason(ns(1e9)) is None
 
 
 def test_converging_then_locked_at_min_samples():
@@ -90,14 +95,14 @@ def test_property_nothing_metric_before_lock_and_bounded_after(steps, rate):
     t, prev, prev_t = 0.0, None, None
     for dt, value in steps:
         t += dt
-        e = est.add(ScaleSample(t, value, "depth"))
+        e = est.add(ScaleSample(ns(t), value, "depth"))
         if not e.locked:
             assert e.output_factor is None and e.units == "model units"
             assert prev is None  # never unlocks
             continue
         assert e.output_factor == e.metres_per_unit
         if prev is not None:
-            bound = rate * max(0.0, t - prev_t) + 1e-12
+            bound = rate * max(0.0, (ns(t) - ns(prev_t)) / 1e9) + 1e-12
             assert abs(math.log(e.metres_per_unit) - math.log(prev)) <= bound
             prev_t = max(prev_t, t)
         else:
@@ -117,39 +122,39 @@ def test_reset_starts_a_new_segment():
 def test_rejections_are_counted_by_reason():
     est = ScaleEstimator(depth_cfg())
     for reason in ("wrong_size", "wrong_size", "out_of_sync"):
-        est.add(Rejection(1.0, reason))
+        est.add(Rejection(ns(1.0), reason))
     e = est.estimate
     assert e.rejection_count("wrong_size") == 2 and e.rejection_count("out_of_sync") == 1
     assert e.reason == "out_of_sync" and e.state is ScaleState.UNKNOWN
     assert "last rejection: out_of_sync" in e.status_text
-    est.add(ScaleSample(2.0, 1.0, "depth"))
+    est.add(ScaleSample(ns(2.0), 1.0, "depth"))
     assert est.estimate.reason == ""
 
 
 def test_stale_reason_names_why():
     est = ScaleEstimator(depth_cfg(stale_timeout_s=2.0))
-    assert est.stale_reason(100.0) is None  # the clock starts at the first look
-    assert est.stale_reason(103.0) == "no_depth"  # nothing ever came
-    est.add(ScaleSample(104.0, 1.0, "depth"))
-    assert est.stale_reason(105.0) is None
-    est.add(Rejection(105.5, "out_of_sync"))
-    assert est.stale_reason(105.9) is None  # within the timeout
-    assert est.stale_reason(106.5) == "out_of_sync"
+    assert est.stale_reason(ns(100.0)) is None  # the clock starts at the first look
+    assert est.stale_reason(ns(103.0)) == "no_depth"  # nothing ever came
+    est.add(ScaleSample(ns(104.0), 1.0, "depth"))
+    assert est.stale_reason(ns(105.0)) is None
+    est.add(Rejection(ns(105.5), "out_of_sync"))
+    assert est.stale_reason(ns(105.9)) is None  # within the timeout
+    assert est.stale_reason(ns(106.5)) == "out_of_sync"
     odo = ScaleEstimator(ScaleConfig(source="odometry", stale_timeout_s=1.0))
-    odo.add(Rejection(0.0, "stationary"))
-    assert odo.stale_reason(1.5) == "stationary"
+    odo.add(Rejection(ns(0.0), "stationary"))
+    assert odo.stale_reason(ns(1.5)) == "stationary"
 
 
 def test_wrong_inputs_are_programming_errors():
     est = ScaleEstimator(depth_cfg())
     with pytest.raises(ValueError, match="odometry"):
-        est.add(ScaleSample(0.0, 1.0, "odometry"))
+        est.add(ScaleSample(ns(0.0), 1.0, "odometry"))
     with pytest.raises(ValueError, match="ScaleSample or a Rejection"):
         est.add(1.0)
     with pytest.raises(ValueError, match="unknown rejection reason"):
-        Rejection(0.0, "bogus")
+        Rejection(ns(0.0), "bogus")
     with pytest.raises(ValueError, match="metres_per_unit"):
-        ScaleSample(0.0, float("nan"), "depth")
+        ScaleSample(ns(0.0), float("nan"), "depth")
     assert len(set(REASONS)) == len(REASONS)
 
 
@@ -190,7 +195,7 @@ def same(a, b) -> bool:
             getattr(e.drift, f) for f in ScaleDrift.__dataclass_fields__)
         return tuple(("nan",) if isinstance(v, float) and math.isnan(v) else v
                      for v in (e.state, e.source, e.metres_per_unit, e.sigma_log, e.samples,
-                               e.segment, e.min_samples, e.reason, e.rejections, e.stamp_s)
+                               e.segment, e.min_samples, e.reason, e.rejections, e.stamp_ns)
                      + drift)
     return key(a) == key(b)
 
@@ -198,9 +203,9 @@ def same(a, b) -> bool:
 def play(est, event):
     kind, t, value = event
     if kind == "sample":
-        return est.add(ScaleSample(t, value, est.config.source))
+        return est.add(ScaleSample(ns(t), value, est.config.source))
     if kind == "rejection":
-        return est.add(Rejection(t, value))
+        return est.add(Rejection(ns(t), value))
     return est.reset()
 
 
@@ -232,14 +237,14 @@ def test_property_a_restored_estimator_continues_bit_identically(source, before,
         timeline.append((kind, t, value))
     for event in timeline[:len(before)]:
         play(a, event)
-    a.stale_reason(t / 2)  # the stale clock's start is part of the state too
+    a.stale_reason(ns(t / 2))  # the stale clock's start is part of the state too
     state = json.loads(json.dumps(a.state_dict(), allow_nan=False))  # strict JSON
     b = ScaleEstimator(cfg, segment=99)
     assert same(b.load_state_dict(state), a.estimate)
     for event in timeline[len(before):]:
         got, want = play(b, event), play(a, event)
         assert same(got, want), (got, want)
-        assert b.stale_reason(event[1] + 1.5) == a.stale_reason(event[1] + 1.5)
+        assert b.stale_reason(ns(event[1] + 1.5)) == a.stale_reason(ns(event[1] + 1.5))
     assert b.state_dict() == a.state_dict()
 
 
@@ -289,6 +294,9 @@ def test_a_state_of_other_settings_is_refused_and_nothing_changes(saved, here, m
     (lambda s: s.update(logs=[]), "without samples"),
     (lambda s: s.update(rejections={"x": -1}), "inconsistent"),
     (lambda s: s.update(settings=None), "no settings"),
+    (lambda s: s.update(since_ns=0.5), "since_ns 0.5 is not an integer"),
+    (lambda s: s.update(applied_ns=True), "applied_ns True is not an integer"),
+    (lambda s: s.pop("stamp_ns"), "malformed"),
 ])
 def test_a_malformed_state_is_refused(change, match):
     a = ScaleEstimator(depth_cfg(min_samples=3))

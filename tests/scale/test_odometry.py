@@ -3,6 +3,8 @@ odometry at its own rate, bad inputs, and each sample the fit over the whole cov
 (its snapshots: test_odometry_snapshot.py)."""
 from __future__ import annotations
 
+import math
+
 import hypothesis.strategies as st
 import numpy as np
 import pytest
@@ -12,21 +14,22 @@ from lingbot_ros.scale import (OdometrySource, PoseBuffer, Rejection, ScaleConfi
                                ScaleEstimator, ScaleSample, fit_odometry_scale)
 from lingbot_ros.scale.se3 import interpolate_pose
 
-from .synth import base_path, model_poses, mount, pose
+from .synth import base_path, model_poses, mount, ns, pose
 
 CFG = ScaleConfig(source="odometry", min_baseline_m=0.3, odom_window=60)
 DT = 1 / 30
 
 
 def run(source, odom, c2w, stamps, odom_stamps=None, odom_poses=None, est=None):
-    """Feed odometry (by default at the image stamps) and frames; returns the results."""
+    """Feed odometry (by default at the image stamps) and frames; returns the results.
+    Stamps in seconds, fed as integer ns."""
     odom_stamps = stamps if odom_stamps is None else odom_stamps
     odom_poses = odom if odom_poses is None else odom_poses
     for t, p in zip(odom_stamps, odom_poses):
-        assert source.push_odometry(float(t), p) is None
+        assert source.push_odometry(ns(t), p) is None
     out = []
     for t, c in zip(stamps, c2w):
-        r = source.sample(float(t), c)
+        r = source.sample(ns(t), c)
         out.append(r)
         if est is not None:
             est.add(r)
@@ -164,44 +167,60 @@ def test_frames_newer_than_the_odometry_wait():
     odom = base_path("arc", 60, DT, speed=0.6)
     c2w = model_poses(odom, T_bo, 1.0)
     src = OdometrySource(CFG, T_bo)
-    r = src.sample(0.0, c2w[0])
-    assert r.reason == "no_odometry"
+    r = src.sample(0, c2w[0])
+    assert r.reason == "no_odometry" and r.stamp_ns == 0
     for i in range(30):  # odometry only up to frame 29
-        src.push_odometry(i * DT, odom[i])
-    results = [src.sample(i * DT, c2w[i]) for i in range(1, 40)]
-    assert results[-1].stamp_s == pytest.approx(29 * DT)  # newest covered frame
+        src.push_odometry(ns(i * DT), odom[i])
+    results = [src.sample(ns(i * DT), c2w[i]) for i in range(1, 40)]
+    assert results[-1].stamp_ns == ns(29 * DT)  # newest covered frame
     assert isinstance(results[-1], ScaleSample)
 
 
 def test_bad_inputs_are_counted_reasons():
     T_bo = mount()
     src = OdometrySource(CFG, T_bo)
-    assert src.push_odometry(0.0, np.full((4, 4), np.nan)).reason == "non_finite"
-    assert src.push_odometry(0.0, np.eye(3)).reason == "non_finite"
-    assert src.push_odometry(float("nan"), np.eye(4)).reason == "non_finite"
-    assert src.push_odometry(0.0, 2 * np.eye(4)).reason == "non_finite"  # not rigid
-    assert src.sample(0.0, np.eye(3)).reason == "wrong_size"
-    assert src.sample(0.0, np.full((4, 4), np.inf)).reason == "non_finite"
-    src.push_odometry(0.0, np.eye(4))
-    src.push_odometry(1.0, np.eye(4))
-    assert src.sample(0.5, np.eye(4)).reason == "out_of_sync"  # a 1 s gap in the odometry
+    assert src.push_odometry(0, np.full((4, 4), np.nan)).reason == "non_finite"
+    assert src.push_odometry(0, np.eye(3)).reason == "non_finite"
+    assert src.push_odometry(0, 2 * np.eye(4)).reason == "non_finite"  # not rigid
+    # a stamp that is not integer ns: non_finite, without a stamp
+    for stamp in (float("nan"), math.inf, 0.0, 1.5, True):
+        r = src.push_odometry(stamp, np.eye(4))
+        assert (r.reason, r.stamp_ns) == ("non_finite", None), stamp
+        r = src.sample(stamp, np.eye(4))
+        assert (r.reason, r.stamp_ns) == ("non_finite", None), stamp
+    assert src.state_dict()["odometry"] == [] and src.state_dict()["frames"] == []
+    r = src.push_odometry(ns(2.0), np.full((4, 4), np.nan))
+    assert (r.reason, r.stamp_ns) == ("non_finite", ns(2.0))  # the pose's fault: stamped
+    assert src.sample(0, np.eye(3)).reason == "wrong_size"
+    assert src.sample(0, np.full((4, 4), np.inf)).reason == "non_finite"
+    assert src.push_odometry(0, np.eye(4)) is None  # integer ns, also numpy's
+    assert src.push_odometry(np.int64(ns(1.0)), np.eye(4)) is None
+    r = src.sample(ns(0.5), np.eye(4))
+    assert (r.reason, r.stamp_ns) == ("out_of_sync", ns(0.5))  # a 1 s gap in the odometry
     with pytest.raises(ValueError, match="T_base_optical"):
         OdometrySource(CFG, np.zeros((4, 4)))
 
 
 def test_pose_buffer_orders_and_replaces():
     buf = PoseBuffer(max_dt_s=0.1)
-    buf.push(0.2, pose(t=(2, 0, 0)))
-    buf.push(0.0, pose(t=(0, 0, 0)))
-    buf.push(0.1, pose(t=(9, 0, 0)))
-    buf.push(0.1, pose(t=(1, 0, 0)))  # same stamp: replaced
+    buf.push(ns(0.2), pose(t=(2, 0, 0)))
+    buf.push(0, pose(t=(0, 0, 0)))
+    buf.push(ns(0.1), pose(t=(9, 0, 0)))
+    buf.push(ns(0.1), pose(t=(1, 0, 0)))  # same stamp: replaced
     assert len(buf) == 3
-    assert buf.at(0.15)[0, 3] == pytest.approx(1.5)
-    assert buf.at(0.3).reason == "out_of_sync"
+    assert [(t, p[0, 3]) for t, p in buf.poses()] == [(0, 0), (ns(0.1), 1), (ns(0.2), 2)]
+    assert all(type(t) is int for t, _ in buf.poses())
+    assert buf.at(ns(0.15))[0, 3] == pytest.approx(1.5)
+    assert buf.at(ns(0.1))[0, 3] == 1.0  # exact
+    assert buf.at(ns(0.3)).reason == "out_of_sync"
+    assert buf.at(-1).reason == "out_of_sync"
+    assert PoseBuffer(max_dt_s=0.1).at(0).reason == "no_odometry"
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.floats(allow_nan=True, allow_infinity=True),
+@given(st.lists(st.tuples(st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                                    st.integers(-2**62, 2**62), st.integers(0, 10**9),
+                                    st.booleans()),
                           st.sampled_from(["nan", "scaled", "ok", "shape", "int"])),
                 min_size=1, max_size=12))
 def test_garbage_never_raises(items):
@@ -213,5 +232,5 @@ def test_garbage_never_raises(items):
         r = src.push_odometry(t, p)
         if r is not None:
             est.add(r)
-        est.add(src.sample(float(i) / 30, p if kind != "ok" else np.eye(4)))
+        est.add(src.sample(ns(i / 30), p if kind != "ok" else np.eye(4)))
     assert est.estimate.samples + sum(n for _, n in est.estimate.rejections) >= len(items)

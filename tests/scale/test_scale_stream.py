@@ -5,6 +5,7 @@ load), one units header (the offline files' lines exactly), integer-ns stamps.""
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,8 +14,9 @@ import numpy as np
 import pytest
 
 from lingbot_ros.scale import (REASONS, SOURCES, Reason, ScaleConfig, ScaleEstimator,
-                               ScaleSample, ScaleState, ScaleStream, ns_div_s, ns_to_s,
-                               units_header)
+                               ScaleSample, ScaleState, ScaleStream, units_header)
+
+from .synth import as_version_1
 
 PKG = Path(__file__).resolve().parents[2] / "lingbot_ros"
 
@@ -61,9 +63,9 @@ def test_a_frame_without_predicted_depth_is_no_depth_for_every_depth_reading_sou
     assert depth.on_frame(frame(1_000, None), np.eye(4)).reason == Reason.NO_DEPTH
 
 
-def locked_depth_stream(seconds=ns_to_s) -> ScaleStream:
+def locked_depth_stream() -> ScaleStream:
     stream = ScaleStream(ScaleConfig(source="depth", min_samples=3, min_pixels=10,
-                                     depth_min_m=0.0, depth_max_m=100.0), seconds=seconds)
+                                     depth_min_m=0.0, depth_max_m=100.0))
     rng = np.random.default_rng(3)
     for i in range(4):
         t = 1_700_000_000_123_456_789 + i * 33_333_333
@@ -73,14 +75,50 @@ def locked_depth_stream(seconds=ns_to_s) -> ScaleStream:
     return stream
 
 
-def test_the_estimate_carries_the_frames_stamp_in_integer_ns():
-    """No map from float seconds back to ns: the estimate's ``stamp_ns`` is the frame's."""
+def test_stamps_are_integer_ns_throughout():
+    """The estimate, the estimator's state and the samples hold the frames' integer ns: no
+    float seconds to map back (at an epoch stamp a float second is ~0.24 us coarse)."""
     stream = locked_depth_stream()
     e = stream.estimate
     assert e.locked and e.stamp_ns == 1_700_000_000_123_456_789 + 3 * 33_333_333
-    assert e.stamp_s == e.stamp_ns * 1e-9  # the seconds the algorithms computed with
-    offline = locked_depth_stream(ns_div_s).estimate
-    assert offline.stamp_ns == e.stamp_ns and offline.stamp_s == e.stamp_ns / 1e9
+    assert not hasattr(e, "stamp_s")
+    state = stream.state_dict()["estimator"]
+    assert state["version"] == 2
+    stamps = {k: v for k, v in state.items() if k.endswith("_ns")}
+    assert stamps["stamp_ns"] == e.stamp_ns == stamps["last_sample_ns"]
+    assert stamps["since_ns"] == 1_700_000_000_123_456_789
+    assert all(v is None or type(v) is int for v in stamps.values())
+    assert not [k for k in state if k.endswith("_s")]
+
+
+def test_the_rate_bound_counts_exact_ns_at_epoch_stamps():
+    """LOCKED, the applied value moves max_change_per_s x (the stamps' difference): exact
+    integer ns, also 1.7e9 s after the epoch, where float seconds would be off by ~1e-7 s."""
+    cfg = ScaleConfig(source="depth", min_samples=3, max_samples=3, max_change_per_s=0.01)
+    est = ScaleEstimator(cfg)
+    t0 = 1_700_000_000_123_456_789
+    for i in range(3):
+        est.add(ScaleSample(t0 + i, 2.0, "depth"))
+    assert est.estimate.locked
+    for i in range(1, 7):  # the window's median is 4.0 from the second one on: 5 steps
+        est.add(ScaleSample(t0 + 2 + i * 100_000_001, 4.0, "depth"))
+    moved = math.log(est.estimate.metres_per_unit / 2.0)
+    assert moved == pytest.approx(0.01 * 5 * 100_000_001 / 1e9, rel=1e-12, abs=0)
+
+
+def test_a_version_1_state_in_float_seconds_loads_in_ns():
+    """An older build's estimator state (stamps in float seconds) continues: the stamps are
+    rounded to the ns; its stamp_ns (the frame's) is kept as it was."""
+    stream = locked_depth_stream()
+    v2 = stream.state_dict()["estimator"]
+    fresh = ScaleEstimator(stream.config)
+    e = fresh.load_state_dict(as_version_1(v2))
+    assert e.stamp_ns == stream.estimate.stamp_ns and e.locked
+    assert e.metres_per_unit == stream.estimate.metres_per_unit
+    again = fresh.state_dict()
+    assert again["since_ns"] != v2["since_ns"]  # at an epoch stamp, float s are coarse ...
+    assert abs(again["since_ns"] - v2["since_ns"]) < 1_000  # ... but within a microsecond
+    assert again["last_rejection_ns"] is None
 
 
 def test_one_snapshot_schema_and_both_older_kinds_load():
@@ -105,14 +143,15 @@ def test_one_snapshot_schema_and_both_older_kinds_load():
 
 
 def test_an_estimator_state_without_stamp_ns_still_loads():
-    """Snapshots saved before the estimate carried ``stamp_ns``."""
+    """Snapshots saved before the estimate carried ``stamp_ns`` (version 1, float seconds):
+    the estimate's stamp comes from their ``stamp_s``."""
     est = ScaleEstimator(ScaleConfig(source="depth", min_samples=2))
     for i in range(3):
-        est.add(ScaleSample(i * 0.1, 2.0, "depth"))
-    state = est.state_dict()
+        est.add(ScaleSample(i * 100_000_000, 2.0, "depth"))
+    state = as_version_1(est.state_dict())
     del state["stamp_ns"]
     again = ScaleEstimator(ScaleConfig(source="depth", min_samples=2))
-    assert again.load_state_dict(state).stamp_ns is None and again.estimate.locked
+    assert again.load_state_dict(state).stamp_ns == 200_000_000 and again.estimate.locked
 
 
 def test_one_units_header_gives_the_offline_files_lines():

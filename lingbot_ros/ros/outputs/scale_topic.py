@@ -61,9 +61,8 @@ class ScalePublisher:
     def _send(self, estimate: ScaleEstimate) -> None:
         """Stamped with the last sample or rejection (the frame's stamp), else now."""
         self._last = _key(estimate)
-        if estimate.stamp_ns is not None or math.isfinite(estimate.stamp_s):
+        if estimate.stamp_ns is not None:
             ns = estimate.stamp_ns
-            ns = round(estimate.stamp_s * 1e9) if ns is None else ns  # an older snapshot's
             stamp = Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
         else:
             stamp = self._node.get_clock().now().to_msg()

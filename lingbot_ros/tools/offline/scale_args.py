@@ -32,7 +32,7 @@ import numpy as np
 
 from ...geometry import T_BODY_OPTICAL
 from ...scale import (MODEL_UNITS, SOURCES, Reason, ScaleConfig, ScaleEstimate, ScaleStream,
-                     c2w_to_metres, ns_div_s, points_to_metres, units_header)
+                     c2w_to_metres, points_to_metres, units_header)
 from ..sources.depth_stream import DepthStream
 
 __all__ = ["SCALE_SOURCES", "ScaleChoice", "OfflineScale", "parse_scale", "scale_arg",
@@ -193,9 +193,8 @@ class OfflineScale:
                  min_conf: float = 1.5) -> None:
         self.config = config
         # camera_height: the confident pixels are those of the point files (--min-conf; the
-        # head's confidence is 1 + exp(.) >= 1); seconds as this runner always had them
-        self.stream = ScaleStream(config, log=log, point_min_conf=max(1.0, float(min_conf)),
-                                  seconds=ns_div_s)
+        # head's confidence is 1 + exp(.) >= 1)
+        self.stream = ScaleStream(config, log=log, point_min_conf=max(1.0, float(min_conf)))
         self._depth = depth if config.kind.needs_sensor_depth else None
 
     @property

@@ -176,7 +176,7 @@ def test_scale_restore_rules_without_a_node():
     config = ScaleConfig(source="depth", min_samples=2)
     est = ScaleEstimator(config, segment=4)
     for i in range(3):
-        est.add(ScaleSample(i * 0.1, 2.0, "depth"))
+        est.add(ScaleSample(i * 100_000_000, 2.0, "depth"))
     manifest = {"front_end_state": {"scale": est.state_dict()}}
     fixed = ScaleStream(ScaleConfig(source="fixed", factor=0.4))
     with pytest.raises(SnapshotError, match="scale.source 'depth', this stream's is 'fixed'"):
