@@ -8,7 +8,8 @@
     fingerprint_key(fp.digests)            # a short name for it (a folder's key)
 
 ``StreamingSession`` owns the stream's one (every frame ``submit`` is given, rejected ones
-too, until a reset); it is saved in the snapshot (``manifest["input"]["fingerprint"]``).
+too, until a reset); it is saved in the snapshot (``manifest["input"]["fingerprint"]``;
+``state_dict`` / ``load_state_dict``, a snapshot part: ``snapshot_parts.py``).
 A front end that wants to check a recording before (or instead of) running it computes the
 digests of its first frames with ``frame_digest``.
 """
@@ -75,3 +76,8 @@ class InputFingerprint:
 
     def state_dict(self) -> list[str]:
         return list(self.digests)
+
+    def load_state_dict(self, state: list[str]) -> None:
+        """Take back ``state_dict``'s output; ``ValueError`` for anything but a list of at
+        most ``FRAMES`` SHA-256 hex digests (``check_digests``)."""
+        self.digests = check_digests(state)

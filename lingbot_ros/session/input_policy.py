@@ -118,6 +118,9 @@ class InputPolicy:
                 "new_size_frames": self._new_size_frames}
 
     def load_state_dict(self, state: dict) -> None:
+        """Take back ``state_dict``'s output. The next frame may then follow the saved last
+        stamp after any forward gap (``exempt_next_gap``): a loaded policy is a restored
+        stream's, whose downtime is no scene change."""
         def hw(value):
             return None if value is None else (int(value[0]), int(value[1]))
 
@@ -126,3 +129,4 @@ class InputPolicy:
         self.stream_hw = hw(state["stream_hw"])
         self._new_size = hw(state["new_size"])
         self._new_size_frames = int(state["new_size_frames"])
+        self.exempt_next_gap()

@@ -29,6 +29,10 @@ or the first-frame rule already decides. ``last_flow`` keeps the last flow as a 
 (on the device) for diagnostics; reading it as a float is the caller's sync.
 
 No rclpy, no model import: depth/K/c2w are whatever tensors the session has.
+
+Snapshots: ``state_dict()`` / ``load_state_dict(state)`` (the snapshot part protocol,
+``snapshot_parts.py``); a loaded state's tensors go to the policy's ``device``
+(``make_policy(config, device)``).
 """
 from __future__ import annotations
 
@@ -138,7 +142,8 @@ class KeyframePolicy(Protocol):
 
 
 class _Base:
-    def __init__(self) -> None:
+    def __init__(self, device="cpu") -> None:
+        self.device = torch.device(device)  # where ``load_state_dict`` puts its tensors
         self.last_keyframe_index: Optional[int] = None
         self.num_keyframes = 0  # committed since the last reset
 
@@ -151,8 +156,8 @@ class _Base:
         return {"last_keyframe_index": self.last_keyframe_index,
                 "num_keyframes": self.num_keyframes}
 
-    def load_state_dict(self, state: dict, device="cpu") -> None:
-        """Take back ``state_dict``'s output; tensors go to ``device``."""
+    def load_state_dict(self, state: dict) -> None:
+        """Take back ``state_dict``'s output; its tensors go to the policy's ``device``."""
         last = state["last_keyframe_index"]
         self.last_keyframe_index = None if last is None else int(last)
         self.num_keyframes = int(state["num_keyframes"])
@@ -172,7 +177,8 @@ class _Base:
 
 
 class AllFrames(_Base):
-    """Every streaming frame is a keyframe (known before its forward)."""
+    """Every streaming frame is a keyframe (known before its forward). ``device``: where a
+    loaded state's tensors go (every policy takes it; only ``flow`` has tensors)."""
 
     def known_before_forward(self, frame_index: int) -> Optional[bool]:
         return self.decide(frame_index)
@@ -193,8 +199,8 @@ class EveryN(_Base):
     between them are speculative steps that are rolled back.
     """
 
-    def __init__(self, n: int) -> None:
-        super().__init__()
+    def __init__(self, n: int, device="cpu") -> None:
+        super().__init__(device)
         check_positive_int("n", n)
         self.n = n
 
@@ -221,8 +227,9 @@ class FlowKeyframes(_Base):
     gap or first-frame rule decides first.
     """
 
-    def __init__(self, threshold: float, max_gap: int = 30, stride: int = 8) -> None:
-        super().__init__()
+    def __init__(self, threshold: float, max_gap: int = 30, stride: int = 8,
+                 device="cpu") -> None:
+        super().__init__(device)
         KeyframeConfig(policy="flow", flow_threshold=threshold, max_gap=max_gap,
                        flow_stride=stride)  # validation
         self.threshold = float(threshold)
@@ -244,10 +251,10 @@ class FlowKeyframes(_Base):
             state[name] = None if t is None else t.detach().cpu().clone()
         return state
 
-    def load_state_dict(self, state: dict, device="cpu") -> None:
-        super().load_state_dict(state, device)
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
         ref_c2w, ref_K, last_flow = (None if state.get(name) is None
-                                     else torch.as_tensor(state[name]).to(device)
+                                     else torch.as_tensor(state[name]).to(self.device)
                                      for name in ("ref_c2w", "ref_K", "last_flow"))
         self._ref_c2w, self._ref_K, self.last_flow = ref_c2w, ref_K, last_flow
 
@@ -283,10 +290,11 @@ class FlowKeyframes(_Base):
         self._ref_c2w, self._ref_K = ref_c2w, ref_K
 
 
-def make_policy(config: KeyframeConfig) -> KeyframePolicy:
-    """A fresh policy object for one stream from its config."""
+def make_policy(config: KeyframeConfig, device="cpu") -> KeyframePolicy:
+    """A fresh policy object for one stream from its config (``device``: the stream's, where
+    a loaded state's tensors go)."""
     if config.policy == "all":
-        return AllFrames()
+        return AllFrames(device)
     if config.policy == "every_n":
-        return EveryN(config.n)
-    return FlowKeyframes(config.flow_threshold, config.max_gap, config.flow_stride)
+        return EveryN(config.n, device)
+    return FlowKeyframes(config.flow_threshold, config.max_gap, config.flow_stride, device)

@@ -29,9 +29,13 @@ __all__ = ["NextSegment"]
 
 
 class NextSegment:
-    def __init__(self, model, config: SessionConfig) -> None:
+    def __init__(self, model, config: SessionConfig,
+                 image_hw: Optional[tuple[int, int]] = None) -> None:
+        """``image_hw``: the stream's model input size, which a build restored by
+        ``load_state_dict`` runs at (None: the stream has none yet); ``start`` sets it."""
         self.model = model
         self.config = config
+        self.image_hw = None if image_hw is None else tuple(image_hw)
         self._runner: Optional[StreamRunner] = None
         self._anchors: list[AnchorFrame] = []
         self._txn: Optional[StepTxn] = None
@@ -53,8 +57,9 @@ class NextSegment:
         """Open the anchor step of ``anchors`` (model inputs on the device) on the side
         runner (for ``image_hw`` inputs); nothing runs until ``advance``."""
         self.drop()
+        self.image_hw = image_hw = tuple(image_hw)
         runner = self._runner
-        if runner is None or runner.image_hw != tuple(image_hw):
+        if runner is None or runner.image_hw != image_hw:
             self._runner = None  # free the old size's memory first
             side = dataclasses.replace(self.config, window=1, cuda_graphs=False)
             runner = self._runner = StreamRunner(self.model, side, image_hw)
@@ -129,13 +134,17 @@ class NextSegment:
         return {"anchors": [anchor_state(a) for a in self._anchors],
                 "slices_run": self.slices_run, "built": self.built}
 
-    def load_state_dict(self, state: Optional[dict], image_hw, device) -> None:
-        """Take back ``state_dict``'s output: the build starts again on its anchors and runs
-        as many slices as it had (queued on the device now)."""
+    def load_state_dict(self, state: Optional[dict]) -> None:
+        """Take back ``state_dict``'s output: the build starts again on its anchors (on the
+        stream's device) at ``image_hw`` and runs as many slices as it had (queued on the
+        device now). ``ValueError`` for a build without a model input size."""
         self.drop()
         if state is None:
             return
-        self.start([anchor_of(a, device) for a in state["anchors"]], image_hw)
+        if self.image_hw is None:
+            raise ValueError("the state has a rollover being built but no model input size")
+        device = torch.device(self.config.device)
+        self.start([anchor_of(a, device) for a in state["anchors"]], self.image_hw)
         self.advance(None if state["built"] else int(state["slices_run"]))
 
     def info(self) -> dict:

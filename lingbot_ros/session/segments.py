@@ -50,6 +50,7 @@ class Rollover:
 
 class Segments:
     def __init__(self, config: SessionConfig) -> None:
+        self.device = torch.device(config.device)  # where ``load_state_dict`` puts tensors
         self.num_anchors = config.num_scale_frames
         self.rollover_keyframes = config.rollover_keyframes
         self.rollovers: deque[Rollover] = deque(maxlen=64)  # the most recent segment changes
@@ -138,9 +139,10 @@ class Segments:
                           for r in self.rollovers],
         }
 
-    def load_state_dict(self, state: dict, device="cpu") -> None:
-        """Take back ``state_dict``'s output; its tensors go to ``device``."""
-        recent = [anchor_of(a, device) for a in state["recent"]]
+    def load_state_dict(self, state: dict) -> None:
+        """Take back ``state_dict``'s output; its tensors go to the stream's device
+        (``config.device``)."""
+        recent = [anchor_of(a, self.device) for a in state["recent"]]
         rollovers = [Rollover(int(r["segment"]), int(r["frame_index"]),
                               _sim3_of(r["alignment"]),
                               np.asarray(r["anchor_c2w_published"], dtype=np.float64),

@@ -87,7 +87,7 @@ class StreamingSession:
         check_runnable(model, config)
         # Owners of the stream's state (each cleared by its own reset on a restart):
         self._input = InputPolicy(config)  # stamps and sizes
-        self._policy = make_policy(config.keyframes)  # keyframes
+        self._policy = make_policy(config.keyframes, config.device)  # keyframes
         self._segments = Segments(config)  # world alignment, rollovers, next anchors
         self._next = NextSegment(model, config)  # a sliced rollover's anchor step, building
         self._runner: Optional[StreamRunner] = None  # caches, graphs: sized on a first frame

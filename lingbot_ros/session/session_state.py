@@ -1,23 +1,25 @@
 """A session's state as plain data, and back: the assembly between ``StreamingSession`` and
 the snapshot format (``snapshot_codec.py``).
 
-    state = session_state(...)                     # SessionSnapshots.state_dict: each
-                                                   # owner's state_dict + the pipeline's own
+    state = session_state(owners, ...)             # SessionSnapshots.state_dict: each
+                                                   # part's state_dict + the pipeline's own
     loaded = load_session_state(state, model, config, laps)   # fresh owners, all checked;
                                                    # SessionSnapshots swaps them in
     manifest = session.snapshots.restore(path)     # read, check, load (``SessionSnapshots``)
 
-Each owner (input policy, keyframe policy, segments, latency window, runner) saves and
-loads its own part; this module gathers them with the pipeline's counters, trajectory and
-buffered scale-phase frames into one tree, and rebuilds a complete set of owners from such a
-tree before anything of the running stream is touched.
+The stream's owners are the registered stream parts (``snapshot_parts.py``: key, the
+session's attribute, how a restore builds a fresh one); each saves and loads its own part
+through one protocol (``state_dict()`` / ``load_state_dict(state)``). This module loops over
+them, gathers them with the pipeline's counters, trajectory and buffered scale-phase frames
+into one tree, and rebuilds a complete set of owners from such a tree before anything of the
+running stream is touched.
 """
 from __future__ import annotations
 
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 import numpy as np
 import torch
@@ -25,52 +27,63 @@ import torch
 from ..config import SessionConfig
 from ..geometry import Trajectory
 from ..preprocess import CropInfo
-from .fingerprint import InputFingerprint, check_digests
-from .input_policy import InputPolicy, SessionEvent
-from .keyframes import KeyframePolicy, make_policy
-from .next_segment import NextSegment
+from .input_policy import SessionEvent
 from .results import Frame
-from .segments import Segments
 from .snapshot_codec import (SnapshotData, SnapshotError, check_compatible, read_snapshot,
                        snapshot_data, write_snapshot)
-from .snapshot_parts import check_stream_state
-from .stats import HostLaps, LatencyWindow
-from .stream_runner import StreamRunner
+from .snapshot_parts import (RUNNER, LoadContext, Part, SnapshotPart, check_stream_state,
+                             stream_parts)
+from .stats import HostLaps
 
-__all__ = ["session_state", "LoadedState", "load_session_state", "SessionSnapshots",
+__all__ = ["session_state", "load_part", "LoadedState", "load_session_state", "SessionSnapshots",
            "restore_snapshot"]
 
 _CROP_FIELDS = ("input_hw", "resized_hw", "crop_xy", "output_hw")
 
 
-def session_state(*, model_hw: Optional[tuple[int, int]], next_index: int, next_ticket: int,
-                  counts: Counter, restarts: Counter, events, latency: LatencyWindow,
-                  inputs: InputPolicy, policy: KeyframePolicy, segments: Segments,
-                  trajectory: Trajectory, anchors: list[Frame],
-                  runner: Optional[StreamRunner], next_segment: NextSegment) -> dict:
+def session_state(owners: Mapping[str, Optional[SnapshotPart]], *,
+                  model_hw: Optional[tuple[int, int]], next_index: int, next_ticket: int,
+                  counts: Counter, restarts: Counter, events, trajectory: Trajectory,
+                  anchors: list[Frame]) -> dict:
     """The stream's state tree (``StreamingSession.state_dict``): JSON-able values, numpy
-    arrays and host tensors. The runner's device->host copy is the only wait."""
+    arrays and host tensors. ``owners``: each registered stream part's owner by its key
+    (None: a nullable part the stream has none of, saved as None). The runner's
+    device->host copy is the only wait."""
     stamps, poses = trajectory.snapshot()
-    runner_state = None
-    if runner is not None:
-        state, tensors = runner.state_dict()
-        runner_state = {"state": state, "tensors": tensors}
-    return {
+    tree = {
         "model_hw": None if model_hw is None else list(model_hw),
         "next_index": next_index, "next_ticket": next_ticket,
         "counts": dict(counts), "restarts": dict(restarts),
         "events": [{"kind": e.kind, "message": e.message} for e in events],
-        "latency": latency.state_dict(),
-        "input": inputs.state_dict(),
-        "policy": policy.state_dict(),
-        "segments": segments.state_dict(),
+    }
+    own_tail = {
         "trajectory": {"stamps_ns": stamps, "poses": poses},
         "anchors": [{"image": f.image.detach().cpu().clone(), "stamp_ns": f.stamp_ns,
                      "crop": {k: list(getattr(f.crop, k)) for k in _CROP_FIELDS},
                      "index": f.index, "ticket": f.ticket} for f in anchors],
-        "runner": runner_state,
-        "next_segment": next_segment.state_dict(),  # a sliced rollover being built, or None
     }
+    for p in stream_parts():  # in the registry's order
+        if p.key == RUNNER:  # the format's order (a manifest's bytes keep it): the
+            tree.update(own_tail)  # pipeline's trajectory and anchors before the caches
+        owner = owners[p.key]
+        tree[p.key] = None if owner is None else owner.state_dict()
+    return tree
+
+
+def load_part(p: Part, state: Mapping, ctx: LoadContext) -> Optional[SnapshotPart]:
+    """A fresh owner of the stream part ``p`` (``p.build(ctx)``) holding its state in the
+    tree ``state``: as built when the tree lacks an optional part (a snapshot of an older
+    build), None when a nullable part was saved as None."""
+    if p.key not in state:
+        if not p.optional:
+            raise KeyError(f"the state has no {p.key}")
+        return p.build(ctx)
+    saved = state[p.key]
+    if saved is None and p.nullable:
+        return None
+    owner = p.build(ctx)
+    owner.load_state_dict(saved)
+    return owner
 
 
 @dataclass(frozen=True)
@@ -79,12 +92,7 @@ class LoadedState:
     session swaps these in for its own (nothing of that swap can fail)."""
 
     model_hw: Optional[tuple[int, int]]
-    runner: Optional[StreamRunner]  # a fresh runner holding the saved pages
-    next_segment: NextSegment  # a sliced rollover's build, rerun to where it was
-    inputs: InputPolicy
-    policy: KeyframePolicy
-    segments: Segments
-    latency: LatencyWindow
+    parts: dict[str, Optional[SnapshotPart]]  # each stream part's fresh owner, by its key
     trajectory: Trajectory  # validated stamps and poses
     anchors: list[Frame]  # the scale phase's buffered frames, on the device
     next_index: int
@@ -102,15 +110,6 @@ def load_session_state(state: dict, model, config: SessionConfig,
     check_stream_state(state)  # every registered stream part (session/snapshot_parts.py)
     dev = torch.device(config.device)
     hw = None if state["model_hw"] is None else tuple(int(x) for x in state["model_hw"])
-    inputs = InputPolicy(config)
-    inputs.load_state_dict(state["input"])
-    inputs.exempt_next_gap()  # the downtime before a restore is no scene change
-    policy = make_policy(config.keyframes)
-    policy.load_state_dict(state["policy"], dev)
-    segments = Segments(config)
-    segments.load_state_dict(state["segments"], dev)
-    latency = LatencyWindow()
-    latency.load_state_dict(state["latency"])
     trajectory = Trajectory()  # validates stamps and poses before anything is replaced
     traj = state["trajectory"]
     for stamp, pose in zip(np.asarray(traj["stamps_ns"]), np.asarray(traj["poses"])):
@@ -119,22 +118,11 @@ def load_session_state(state: dict, model, config: SessionConfig,
     anchors = [Frame(torch.as_tensor(a["image"]).to(dev), int(a["stamp_ns"]),
                      CropInfo(*(tuple(int(x) for x in a["crop"][k]) for k in _CROP_FIELDS)),
                      int(a["index"]), int(a["ticket"]), now) for a in state["anchors"]]
-    runner = None
-    if state["runner"] is not None:
-        if hw is None:
-            raise SnapshotError("the state has caches but no model input size")
-        runner = StreamRunner(model, config, hw, laps=laps)
-        runner.load_state_dict(state["runner"]["state"], state["runner"]["tensors"])
     events = [SessionEvent(e["kind"], e["message"]) for e in state["events"]]
-    next_segment = NextSegment(model, config)
-    build = state.get("next_segment")  # (absent in snapshots made before sliced rollovers)
-    if build is not None:  # (the stream configuration, its rollover mode too, was checked)
-        if hw is None:
-            raise SnapshotError("the state has a rollover being built but no model input size")
-        next_segment.load_state_dict(build, hw, dev)
+    ctx = LoadContext(model=model, config=config, model_hw=hw, device=dev, laps=laps)
+    parts = {p.key: load_part(p, state, ctx) for p in stream_parts()}
     return LoadedState(
-        model_hw=hw, runner=runner, next_segment=next_segment, inputs=inputs, policy=policy, segments=segments,
-        latency=latency, trajectory=trajectory, anchors=anchors,
+        model_hw=hw, parts=parts, trajectory=trajectory, anchors=anchors,
         next_index=int(state["next_index"]), next_ticket=int(state["next_ticket"]),
         counts=Counter({k: int(v) for k, v in state["counts"].items()}),
         restarts=Counter({k: int(v) for k, v in state["restarts"].items()}),
@@ -143,8 +131,9 @@ def load_session_state(state: dict, model, config: SessionConfig,
 
 class SessionSnapshots:
     """A session's snapshots (``session.snapshots``): its state as plain data and back, in
-    host memory and on disk. The session's friend: it reads and swaps the session's owners,
-    which the session itself only drives frame by frame.
+    host memory and on disk. The session's friend: it reads and swaps the session's owners
+    (the attributes the registered stream parts name), which the session itself only drives
+    frame by frame.
 
         data = session.snapshots.take(extra)        # between frames: the device->host copy
         write_snapshot(data, path)                  # needs nothing of the session (a thread)
@@ -157,13 +146,14 @@ class SessionSnapshots:
 
     def state_dict(self) -> dict:
         """Everything the next frame's outcome depends on, as plain data (JSON-able values,
-        numpy arrays, host tensors): each owner's ``state_dict`` (input policy, keyframe
-        policy, segments, the runner's caches) plus the pipeline's own (frame counters,
-        buffered scale-phase frames, trajectory, statistics). Only at a frame boundary:
-        ``SnapshotError`` while a frame is in flight or outcomes wait to be collected
-        (``collect()`` first). The device->host copy is the only wait. A rollover being
-        built beside the stream (``rollover_mode: sliced``) is saved as its anchors and
-        progress (``NextSegment.state_dict``)."""
+        numpy arrays, host tensors): each registered stream part's ``state_dict`` (latency
+        window, input and keyframe policies, segments, the runner's caches, a rollover being
+        built, the input's fingerprint) plus the pipeline's own (frame counters, buffered
+        scale-phase frames, trajectory). Only at a frame boundary: ``SnapshotError`` while a
+        frame is in flight or outcomes wait to be collected (``collect()`` first). The
+        device->host copy is the only wait. A rollover being built beside the stream
+        (``rollover_mode: sliced``) is saved as its anchors and progress
+        (``NextSegment.state_dict``)."""
         s = self._s
         if s._flight is not None:
             raise SnapshotError("a frame is in flight: collect() it first (a snapshot is "
@@ -171,12 +161,11 @@ class SessionSnapshots:
         if s._ready:
             raise SnapshotError(f"{len(s._ready)} outcome(s) not yet collected: collect() "
                                 "them first (a snapshot is taken between frames)")
-        return dict(session_state(
-            model_hw=s._model_hw, next_index=s._next_index, next_ticket=s._next_ticket,
-            counts=s._counts, restarts=s._restarts, events=s._events, latency=s._latency,
-            inputs=s._input, policy=s._policy, segments=s._segments, trajectory=s.trajectory,
-            anchors=s._anchors, runner=s._runner, next_segment=s._next),
-            input_fingerprint=s._fingerprint.state_dict())
+        return session_state(
+            {p.key: getattr(s, p.attr) for p in stream_parts()}, model_hw=s._model_hw,
+            next_index=s._next_index, next_ticket=s._next_ticket, counts=s._counts,
+            restarts=s._restarts, events=s._events, trajectory=s.trajectory,
+            anchors=s._anchors)
 
     def load_state_dict(self, state: dict) -> None:
         """Continue the stream of ``state_dict``'s output (of a session of the same model and
@@ -185,19 +174,14 @@ class SessionSnapshots:
         flight and outcomes not collected are dropped."""
         s = self._s
         loaded = load_session_state(state, s.model, s.config, s.timing.laps)
-        try:
-            fingerprint = check_digests(state.get("input_fingerprint", []))
-        except ValueError as exc:
-            raise SnapshotError(str(exc)) from None
         # -- swap (nothing below can fail) --
         if s._take_flight() is not None:  # the frame in flight, a rollover being built and
             s._readback.discard()         # outcomes not collected are dropped
         s._next.drop()
         s._ready = []
-        s._runner, s._model_hw = loaded.runner, loaded.model_hw
-        s._next = loaded.next_segment
-        s._input, s._policy = loaded.inputs, loaded.policy
-        s._segments, s._latency = loaded.segments, loaded.latency
+        for p in stream_parts():  # each part's owner (a restored input policy takes the
+            setattr(s, p.attr, loaded.parts[p.key])  # next frame after any gap)
+        s._model_hw = loaded.model_hw
         s.trajectory.reset()
         for stamp, pose in zip(*loaded.trajectory.snapshot()):
             s.trajectory.append(int(stamp), pose)
@@ -207,7 +191,6 @@ class SessionSnapshots:
         s._counts, s._restarts = loaded.counts, loaded.restarts
         s._events.clear()
         s._events.extend(loaded.events)
-        s._fingerprint = InputFingerprint(fingerprint)
 
     def take(self, extra: Optional[dict] = None,
              front_end_state: Optional[dict] = None) -> SnapshotData:

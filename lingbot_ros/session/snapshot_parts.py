@@ -1,6 +1,6 @@
 """The parts of a stream snapshot: one registry (:data:`PARTS`) of every piece of persistent
 state a snapshot holds, its key and owner, and the one protocol its owner implements
-(:class:`SnapshotPart`).
+(:class:`SnapshotPart`: ``state_dict()`` and ``load_state_dict(state)``, one argument).
 
 Two sides share a snapshot directory. The stream's parts (``side == STREAM``) are the
 session's owners, gathered into the stream's state tree by ``session_state.py``; the front
@@ -11,23 +11,41 @@ ends' parts (``side == FRONT_END``) are a front end's own accumulators, kept in 
     session.snapshots.save(path, front_end_state=state)
     saved = saved_part(manifest["front_end_state"], SCALE)        # None: saved without it
 
+A stream part also names the session's attribute that holds its owner (``attr``) and how a
+restore builds a fresh one (``build(LoadContext)``: whatever the owner needs beyond its
+state -- model, configuration, model input size, device, host laps -- it gets here, so its
+``load_state_dict`` takes the state alone). ``session_state.py`` loops over these; it names
+no owner.
+
 A key not in :data:`PARTS` is refused (``KeyError``): a new part is added here, with its
-owner, before a front end can save it. Which object provides a part is the front end's (the
-node's scale part is its stream's scale owner, the offline runner's its run's); the
-registry knows its key and what it holds.
+owner, before a front end can save it. Which object provides a front end's part is the front
+end's (the node's scale part is its stream's scale owner, the offline runner's its run's);
+the registry knows its key and what it holds.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Protocol, runtime_checkable
+from typing import Any, Callable, Mapping, Optional, Protocol, runtime_checkable
 
+import torch
+
+from ..config import SessionConfig
 from ..scale import SNAPSHOT_KEY
+from .fingerprint import InputFingerprint
+from .input_policy import InputPolicy
+from .keyframes import make_policy
+from .next_segment import NextSegment
+from .segments import Segments
+from .snapshot_folder import SnapshotError
+from .stats import HostLaps, LatencyWindow
+from .stream_runner import StreamRunner
 
-__all__ = ["SnapshotPart", "Part", "PARTS", "STREAM", "FRONT_END", "SCALE", "VOXEL_MAP",
-           "PATH_RECORDS", "part", "stream_parts", "check_stream_state", "front_end_state",
-           "saved_part"]
+__all__ = ["SnapshotPart", "LoadContext", "Part", "PARTS", "STREAM", "FRONT_END", "RUNNER",
+           "SCALE", "VOXEL_MAP", "PATH_RECORDS", "part", "stream_parts", "check_stream_state",
+           "front_end_state", "saved_part"]
 
 STREAM, FRONT_END = "stream", "front_end"
+RUNNER = "runner"  # the stream's caches (its tensors go to their own file: snapshot_codec.py)
 SCALE = SNAPSHOT_KEY  # the scale part's key is its owner's (scale/stream.py, ScaleStream)
 VOXEL_MAP, PATH_RECORDS = "voxel_map", "path_records"
 
@@ -35,8 +53,9 @@ VOXEL_MAP, PATH_RECORDS = "voxel_map", "path_records"
 @runtime_checkable
 class SnapshotPart(Protocol):
     """An owner of persistent state: its part of a snapshot as plain data (JSON-able values,
-    numpy arrays, host tensors) and back. ``load_state_dict`` raises ``ValueError`` (or
-    ``KeyError``/``TypeError``) for a state it cannot continue, before changing anything."""
+    numpy arrays, host tensors) and back. ``load_state_dict`` takes that state alone (what
+    else it needs, the owner was built with) and raises ``ValueError`` (or
+    ``KeyError``/``TypeError``) for a state it cannot continue."""
 
     def state_dict(self) -> Any: ...
 
@@ -44,25 +63,56 @@ class SnapshotPart(Protocol):
 
 
 @dataclass(frozen=True)
+class LoadContext:
+    """What a restore builds a stream's fresh owners with (``Part.build``): the session's
+    model and configuration, the saved stream's model input size (None: it had no frame),
+    the device (``config.device``) and the session's host laps (its runner records there)."""
+    model: Any
+    config: SessionConfig
+    model_hw: Optional[tuple[int, int]]
+    device: torch.device
+    laps: HostLaps
+
+
+@dataclass(frozen=True)
 class Part:
     """One registered part: its key in the snapshot, its side, who owns it, and whether a
-    snapshot may lack it (one saved by an older build, or by a front end without it)."""
+    snapshot may lack it (one saved by an older build, or by a front end without it). A
+    stream part also has ``attr``, the ``StreamingSession`` attribute holding its owner, and
+    ``build``, a fresh owner for a restore; ``nullable``: the stream may have no owner (None,
+    saved as None: the runner before the first frame)."""
     key: str
     side: str
     owner: str
     optional: bool = False
+    attr: Optional[str] = None
+    build: Optional[Callable[[LoadContext], SnapshotPart]] = None
+    nullable: bool = False
 
 
+def _runner(ctx: LoadContext) -> StreamRunner:
+    if ctx.model_hw is None:
+        raise SnapshotError("the state has caches but no model input size")
+    return StreamRunner(ctx.model, ctx.config, ctx.model_hw, laps=ctx.laps)
+
+
+# The stream parts in the order of the stream's state tree (a manifest's bytes keep it).
 PARTS: tuple[Part, ...] = (
-    Part("input", STREAM, "InputPolicy (session/input_policy.py): last stamp, locked size"),
-    Part("policy", STREAM, "the keyframe policy (session/keyframes.py)"),
-    Part("segments", STREAM, "Segments (session/segments.py): alignment, next anchors"),
-    Part("latency", STREAM, "LatencyWindow (session/stats.py)"),
-    Part("runner", STREAM, "StreamRunner (session/stream_runner.py): the caches' pages"),
+    Part("latency", STREAM, "LatencyWindow (session/stats.py)", attr="_latency",
+         build=lambda ctx: LatencyWindow()),
+    Part("input", STREAM, "InputPolicy (session/input_policy.py): last stamp, locked size",
+         attr="_input", build=lambda ctx: InputPolicy(ctx.config)),
+    Part("policy", STREAM, "the keyframe policy (session/keyframes.py)", attr="_policy",
+         build=lambda ctx: make_policy(ctx.config.keyframes, ctx.device)),
+    Part("segments", STREAM, "Segments (session/segments.py): alignment, next anchors",
+         attr="_segments", build=lambda ctx: Segments(ctx.config)),
+    Part(RUNNER, STREAM, "StreamRunner (session/stream_runner.py): the caches' pages",
+         attr="_runner", build=_runner, nullable=True),
     Part("next_segment", STREAM, "NextSegment (session/next_segment.py): a sliced "
-         "rollover's build", optional=True),
+         "rollover's build", optional=True, attr="_next",
+         build=lambda ctx: NextSegment(ctx.model, ctx.config, ctx.model_hw)),
     Part("input_fingerprint", STREAM, "InputFingerprint (session/fingerprint.py)",
-         optional=True),
+         optional=True, attr="_fingerprint", build=lambda ctx: InputFingerprint()),
     Part(SCALE, FRONT_END, "the stream's metres per model unit (the node's and the offline "
          "runner's scale owner)", optional=True),
     Part(VOXEL_MAP, FRONT_END, "VoxelMap (geometry/voxel_map.py): the node's ~/map_points, "

@@ -14,6 +14,8 @@ stays in ``StreamingSession``.
     runner.prepare_next(True, StepKind.KEYFRAME)  # pipelined: plan the next step while
                                                   # this one runs (kept if begin agrees)
     runner.reset()                                # between sequences; allocations kept
+    runner.state_dict()                           # the caches, a snapshot part (and back:
+                                                  # load_state_dict(state), a fresh runner)
     runner.info()                                 # cache counters, backend, fast path
 
 Step kinds (``StepKind``): a keyframe known in advance attends to the window its commit
@@ -259,23 +261,28 @@ class StreamRunner:
         """Hold ``other``'s committed frames instead of this runner's own (a rollover's
         anchors, built beside this stream on a runner of the same model and size): copied
         device to device; this runner's allocations and graphs are kept."""
-        state, tensors = other.state_dict(to_host=False)
-        self.load_state_dict(state, tensors)
+        self.load_state_dict(other._caches_state(to_host=False))
 
-    def state_dict(self, to_host: bool = True) -> tuple[dict, dict[str, torch.Tensor]]:
-        """(plain data, host tensors) of both caches between steps (``PagedKVCache`` and
-        ``CameraKVCache.state_dict``): ``kv_patch``, ``kv_special``, ``camera``. The
-        device->host copy is the only wait (``to_host=False``: device copies, no wait)."""
+    def state_dict(self) -> dict:
+        """Both caches between steps, as ``{"state": plain data, "tensors": host tensors}``
+        (``PagedKVCache`` and ``CameraKVCache.state_dict``; tensors ``kv_patch``,
+        ``kv_special``, ``camera``). The device->host copy is the only wait."""
+        return self._caches_state(to_host=True)
+
+    def _caches_state(self, to_host: bool) -> dict:
+        """``state_dict``'s output; ``to_host=False``: device copies, no wait."""
         kv_state, kv = self.kv_cache.state_dict(to_host)
         camera_state, camera = self.camera_cache.state_dict(to_host)
-        return ({"image_hw": list(self.image_hw), "kv_cache": kv_state,
-                 "camera_cache": camera_state},
-                {"kv_patch": kv["patch"], "kv_special": kv["special"], "camera": camera})
+        return {"state": {"image_hw": list(self.image_hw), "kv_cache": kv_state,
+                          "camera_cache": camera_state},
+                "tensors": {"kv_patch": kv["patch"], "kv_special": kv["special"],
+                            "camera": camera}}
 
-    def load_state_dict(self, state: dict, tensors: dict[str, torch.Tensor]) -> None:
+    def load_state_dict(self, state: dict) -> None:
         """Load ``state_dict``'s output (meant for a fresh runner of the same model, config
         and size; page ids are remapped). Raises ValueError / ``CacheError`` if it does not
         fit; both caches are then reset."""
+        state, tensors = state["state"], state["tensors"]
         if tuple(state["image_hw"]) != self.image_hw:
             raise ValueError(f"the state is for {state['image_hw']} model inputs, this "
                              f"runner's for {list(self.image_hw)}")
