@@ -7,6 +7,9 @@ STAMP := $(VENV)/.lingbot_ros-installed
 # CPU build, installed from the local wheel on dev/CI machines; override for a CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
+# The loop-closure pose graph (lingbot_ros/loop). --no-deps: gtsam 4.3.0 declares pytest>=9
+# (which it does not import) against our pytest<9; 4.2.x wheels need numpy<2.
+GTSAM_SPEC ?= gtsam==4.3.0
 
 # ROS traffic stays on loopback, in a random domain (ROS_LOCALHOST_ONLY alone still multicasts).
 export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
@@ -21,6 +24,7 @@ $(STAMP): setup.py setup.cfg package.xml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[test,fleet]"
+	$(PY) -m pip install -q --no-deps "$(GTSAM_SPEC)"
 	touch $@
 
 # ROS 2 Kilted from pip wheels + our interface package, built into the venv; for the tests also

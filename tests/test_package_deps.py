@@ -31,6 +31,7 @@ PYTHON_PACKAGES = {
     "torch": "requirements.txt:torch",
     "safetensors": "requirements.txt:safetensors",
     "rosbags": "requirements.txt:rosbags",
+    "gtsam": "requirements.txt:gtsam",
 }
 # Optional: imported lazily, the code works (or says what to install) without them.
 OPTIONAL = {
@@ -38,6 +39,8 @@ OPTIONAL = {
     "triton": "fused q/k-norm + RoPE kernel on CUDA; comes with CUDA builds of torch",
     "matplotlib": "trajectory plots of the offline tools (--plot); setup.py's viz extra",
     "cv_bridge": "optional image decoding through cv_bridge, only on request",
+    "gtsam": "the loop-closure pose graph (loop.enable); pip install --no-deps gtsam==4.3.0, "
+             "commented in requirements.txt (its metadata asks for pytest>=9)",
     "ray": "lingbot-ros-eval --ray (tools/eval/fleet/cluster.py); setup.py's fleet extra",
 }
 # Our modules that import an OPTIONAL module at their top: they must be imported lazily.

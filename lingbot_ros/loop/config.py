@@ -1,0 +1,66 @@
+"""``LoopConfig``: the back end's settings, typed and checked (the node's ``loop.*``
+parameters, the offline runner's loop options). Units: metres, seconds, degrees."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["LoopConfig"]
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """Keyframe database, retrieval and pose graph settings.
+
+    Distances apply in the stream's units: metres once the scale is LOCKED, else model
+    units (the database is kept in the units of the poses it is given)."""
+
+    enable: bool = False
+    # keyframe database: a keyframe within both of these of one already kept is not added
+    min_keyframe_distance_m: float = 0.5
+    min_keyframe_angle_deg: float = 15.0
+    # retrieval: candidates at least this old (of the stamps), never one still in the window
+    min_age_s: float = 20.0
+    top_k: int = 5
+    # pose graph: the front end's relative motions' standard deviations per metre moved
+    # (translation, metres/metre; rotation, degrees/metre) and at least these (a standstill)
+    odom_sigma_t_per_m: float = 0.02
+    odom_sigma_deg_per_m: float = 0.5
+    odom_sigma_t_min_m: float = 0.005
+    odom_sigma_deg_min: float = 0.1
+    # accepted loops: standard deviations and the robust kernel's threshold (in sigmas)
+    loop_sigma_t_m: float = 0.05
+    loop_sigma_deg: float = 1.0
+    loop_robust_k: float = 1.345  # Huber
+    # gates of a verified loop (verification)
+    max_correction_m: float = 10.0
+    max_correction_deg: float = 10.0
+    confirm_m: float = 1.0
+    confirm_deg: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enable, bool):
+            raise ValueError(f"loop.enable must be a bool, got {self.enable!r}")
+        for name in ("min_keyframe_distance_m", "min_keyframe_angle_deg", "min_age_s",
+                     "odom_sigma_t_min_m", "odom_sigma_deg_min"):
+            _check_number(name, getattr(self, name), allow_zero=True)
+        for name in ("odom_sigma_t_per_m", "odom_sigma_deg_per_m", "loop_sigma_t_m",
+                     "loop_sigma_deg", "loop_robust_k", "max_correction_m",
+                     "max_correction_deg", "confirm_m", "confirm_deg"):
+            _check_number(name, getattr(self, name), allow_zero=False)
+        if self.odom_sigma_t_min_m <= 0 and self.odom_sigma_t_per_m <= 0:
+            raise ValueError("loop.odom_sigma_t_min_m must be > 0")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1:
+            raise ValueError(f"loop.top_k must be an integer >= 1, got {self.top_k!r}")
+        for name in ("min_keyframe_angle_deg", "max_correction_deg", "confirm_deg"):
+            if getattr(self, name) > 180:
+                raise ValueError(f"loop.{name} must be at most 180, got "
+                                 f"{getattr(self, name)!r}")
+
+
+def _check_number(name: str, value, allow_zero: bool) -> None:
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+          and math.isfinite(value) and (value >= 0 if allow_zero else value > 0))
+    if not ok:
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"loop.{name} must be a finite number {bound}, got {value!r}")
