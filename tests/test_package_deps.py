@@ -31,7 +31,6 @@ PYTHON_PACKAGES = {
     "torch": "requirements.txt:torch",
     "safetensors": "requirements.txt:safetensors",
     "rosbags": "requirements.txt:rosbags",
-    "gtsam": "requirements.txt:gtsam",
 }
 # Optional: imported lazily, the code works (or says what to install) without them.
 OPTIONAL = {
@@ -43,10 +42,13 @@ OPTIONAL = {
              "commented in requirements.txt (its metadata asks for pytest>=9)",
     "ray": "lingbot-ros-eval --ray (tools/eval/fleet/cluster.py); setup.py's fleet extra",
 }
-# Our modules that import an OPTIONAL module at their top: they must be imported lazily.
-KERNEL_MODULES = {"lingbot_ros.model.qk_norm_rope_triton",  # the Triton kernels (triton)
-                  "lingbot_ros.model.add_norm_triton", "lingbot_ros.attention.split_merge_triton",
-                  "lingbot_ros.model.fp8_quant_triton"}
+# Our modules that import an OPTIONAL module at their top: they must themselves be imported
+# lazily (inside functions, or under try/except ImportError) wherever they are imported.
+OPTIONAL_AT_TOP = {"lingbot_ros.model.qk_norm_rope_triton",  # the Triton kernels (triton)
+                   "lingbot_ros.model.add_norm_triton",
+                   "lingbot_ros.attention.split_merge_triton",
+                   "lingbot_ros.model.fp8_quant_triton",
+                   "lingbot_ros.loop.pose_graph"}  # the pose graph (gtsam)
 # Not dependencies on purpose: a robot needs no GUI (launch use_rviz:=true says to install it).
 NOT_DEPENDENCIES = {"rviz2"}
 
@@ -206,7 +208,7 @@ def test_every_third_party_import_is_declared(imports, exec_depends):
 
 def test_optional_modules_are_imported_lazily_only(imports, exec_depends):
     """An OPTIONAL module is imported inside functions or try/except ImportError only, or at the
-    top of one of KERNEL_MODULES, which are themselves imported only lazily."""
+    top of one of OPTIONAL_AT_TOP, which are themselves imported only lazily."""
     third_party = _third_party(imports)
     eager = []
     for name in OPTIONAL:
@@ -214,10 +216,10 @@ def test_optional_modules_are_imported_lazily_only(imports, exec_depends):
         assert name not in exec_depends and name not in PYTHON_PACKAGES, \
             f"{name} is declared: remove it from OPTIONAL"
         eager += [f"{name} at {i.source.relative_to(REPO)}:{i.line}" for i in third_party[name]
-                  if not i.lazy and _module_name(i.source) not in KERNEL_MODULES]
-    for module in KERNEL_MODULES:
+                  if not i.lazy and _module_name(i.source) not in OPTIONAL_AT_TOP]
+    for module in OPTIONAL_AT_TOP:
         uses = [i for i in imports if i.module == module]
-        assert uses, f"{module} is imported nowhere: remove it from KERNEL_MODULES"
+        assert uses, f"{module} is imported nowhere: remove it from OPTIONAL_AT_TOP"
         eager += [f"{module} at {i.source.relative_to(REPO)}:{i.line}" for i in uses
                   if not i.lazy]
     assert not eager, f"optional modules imported eagerly: {eager}"

@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["LoopConfig"]
+__all__ = ["LoopConfig", "ROBUST_KERNELS"]
+
+ROBUST_KERNELS = ("huber", "cauchy")  # loop.loop_robust_kernel
 
 
 @dataclass(frozen=True)
@@ -28,10 +30,18 @@ class LoopConfig:
     odom_sigma_deg_per_m: float = 0.5
     odom_sigma_t_min_m: float = 0.005
     odom_sigma_deg_min: float = 0.1
-    # accepted loops: standard deviations and the robust kernel's threshold (in sigmas)
+    # ... and of the log of their relative scale (how far the front end's scale may move
+    # between two keyframes; it also widens the translation's: docs/loop.md "Pose graph")
+    odom_sigma_log_scale_per_m: float = 0.01
+    odom_sigma_log_scale_min: float = 0.001
+    # a rollover's Sim(3) alignment: the log relative scale's standard deviation across it
+    rollover_sigma_log_scale: float = 0.05
+    # accepted loops: standard deviations and the robust kernel (its threshold in sigmas)
     loop_sigma_t_m: float = 0.05
     loop_sigma_deg: float = 1.0
-    loop_robust_k: float = 1.345  # Huber
+    loop_sigma_log_scale: float = 0.05
+    loop_robust_kernel: str = "huber"  # or "cauchy"
+    loop_robust_k: float = 1.345
     # gates of a verified loop (verification)
     max_correction_m: float = 10.0
     max_correction_deg: float = 10.0
@@ -46,10 +56,15 @@ class LoopConfig:
             _check_number(name, getattr(self, name), allow_zero=True)
         for name in ("odom_sigma_t_per_m", "odom_sigma_deg_per_m", "loop_sigma_t_m",
                      "loop_sigma_deg", "loop_robust_k", "max_correction_m",
-                     "max_correction_deg", "confirm_m", "confirm_deg"):
+                     "max_correction_deg", "confirm_m", "confirm_deg",
+                     "odom_sigma_log_scale_per_m", "odom_sigma_log_scale_min",
+                     "rollover_sigma_log_scale", "loop_sigma_log_scale"):
             _check_number(name, getattr(self, name), allow_zero=False)
         if self.odom_sigma_t_min_m <= 0 and self.odom_sigma_t_per_m <= 0:
             raise ValueError("loop.odom_sigma_t_min_m must be > 0")
+        if self.loop_robust_kernel not in ROBUST_KERNELS:
+            raise ValueError(f"loop.loop_robust_kernel must be one of {ROBUST_KERNELS}, got "
+                             f"{self.loop_robust_kernel!r}")
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1:
             raise ValueError(f"loop.top_k must be an integer >= 1, got {self.top_k!r}")
         for name in ("min_keyframe_angle_deg", "max_correction_deg", "confirm_deg"):
