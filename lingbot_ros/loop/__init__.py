@@ -5,9 +5,12 @@ aligns a new segment to the last by Sim(3), so drift is never corrected. This pa
 what the window forgets and corrects it, for the node and the offline runner alike:
 
 * ``config.py``: ``LoopConfig``, the back end's settings (``loop.*`` parameters);
-* ``place_db.py``: the keyframe database: per kept keyframe its stamp, stream pose,
-  segment, a global place descriptor from the model's own features, a compact image and a
-  downsampled depth; spatial thinning; top-k retrieval that skips recent keyframes;
+* ``place_descriptor.py``: a frame's global place descriptor from the model's own patch
+  features (per-patch L2, signed GeM p = 3, a fixed orthonormal projection to 256);
+* ``place_db.py``: ``PlaceDatabase``, the keyframe database: per kept keyframe its stamp,
+  stream pose, segment, descriptor, a compact image and a downsampled depth (checked and
+  compacted by ``place_inputs.py``); spatial thinning; top-k retrieval that skips recent
+  and excluded keyframes; snapshots;
 * ``pose_graph.py``: the pose graph over keyframes (GTSAM): the front end's relative
   motions, rollover alignments and accepted loops (robust kernel), optimised incrementally;
   ``graph_types.py``: its inputs and results (numpy);
