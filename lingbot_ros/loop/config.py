@@ -1,5 +1,6 @@
-"""``LoopConfig``: the back end's settings, typed and checked (the node's ``loop.*``
-parameters, the offline runner's loop options). Units: metres, seconds, degrees."""
+"""``LoopConfig``: the back end's settings, typed and checked (named ``loop.*`` for the
+node's parameters and the offline runner's options to come: no front end uses the back end
+yet, docs/loop.md). Units: metres, seconds, degrees."""
 from __future__ import annotations
 
 import math
