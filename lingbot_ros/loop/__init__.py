@@ -14,6 +14,10 @@ what the window forgets and corrects it, for the node and the offline runner ali
 * ``pose_graph.py``: the pose graph over keyframes (GTSAM): the front end's relative
   motions, rollover alignments and accepted loops (robust kernel), optimised incrementally;
   ``graph_types.py``: its inputs and results (numpy);
+* ``verify.py``: verification of a candidate: the pair's outputs tied to the map's scale,
+  a Sim(3) loop measurement, its gates and the confirmation of two; ``pair_runner.py``:
+  the model on the pair, a fresh two-frame session that the caller makes (loop/ imports
+  neither the session nor torch);
 * ``synthetic.py``: a room-sized loop with injected drift, for the tests and benchmarks.
 
 Numpy and GTSAM only; nothing here imports torch, the session's internals or ROS. GTSAM is

@@ -48,26 +48,46 @@ class LoopConfig:
     max_correction_deg: float = 10.0
     confirm_m: float = 1.0
     confirm_deg: float = 2.0
+    # verification of a candidate on the pair (loop/verify.py, docs/loop.md "Verification"):
+    # the pair's depth confidence (1 + exp(.)) below this is not used
+    verify_min_conf: float = 1.5
+    # at least this many valid, confident pixels (at the stored depth's stride) for the scale
+    # tie, and as many reprojected into the keyframe's view for the geometric check
+    min_valid_pixels: int = 100
+    # a reprojected pixel is an inlier when |z_reprojected / z_keyframe - 1| <= this ...
+    inlier_depth_ratio: float = 0.1
+    # ... and a loop needs at least this fraction of inliers among the reprojected pixels
+    min_inlier_fraction: float = 0.6
+    # confirmation: a verified loop waits at most this long (stamps) for a second one that
+    # agrees, among at most this many pending verified loops (the oldest dropped first)
+    confirm_window_s: float = 10.0
+    confirm_max_pending: int = 8
 
     def __post_init__(self) -> None:
         if not isinstance(self.enable, bool):
             raise ValueError(f"loop.enable must be a bool, got {self.enable!r}")
         for name in ("min_keyframe_distance_m", "min_keyframe_angle_deg", "min_age_s",
-                     "odom_sigma_t_min_m", "odom_sigma_deg_min"):
+                     "odom_sigma_t_min_m", "odom_sigma_deg_min", "verify_min_conf"):
             _check_number(name, getattr(self, name), allow_zero=True)
         for name in ("odom_sigma_t_per_m", "odom_sigma_deg_per_m", "loop_sigma_t_m",
                      "loop_sigma_deg", "loop_robust_k", "max_correction_m",
                      "max_correction_deg", "confirm_m", "confirm_deg",
                      "odom_sigma_log_scale_per_m", "odom_sigma_log_scale_min",
-                     "rollover_sigma_log_scale", "loop_sigma_log_scale"):
+                     "rollover_sigma_log_scale", "loop_sigma_log_scale",
+                     "inlier_depth_ratio", "min_inlier_fraction", "confirm_window_s"):
             _check_number(name, getattr(self, name), allow_zero=False)
         if self.odom_sigma_t_min_m <= 0 and self.odom_sigma_t_per_m <= 0:
             raise ValueError("loop.odom_sigma_t_min_m must be > 0")
         if self.loop_robust_kernel not in ROBUST_KERNELS:
             raise ValueError(f"loop.loop_robust_kernel must be one of {ROBUST_KERNELS}, got "
                              f"{self.loop_robust_kernel!r}")
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1:
-            raise ValueError(f"loop.top_k must be an integer >= 1, got {self.top_k!r}")
+        for name in ("top_k", "min_valid_pixels", "confirm_max_pending"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"loop.{name} must be an integer >= 1, got {v!r}")
+        if self.min_inlier_fraction > 1:
+            raise ValueError(f"loop.min_inlier_fraction must be at most 1, got "
+                             f"{self.min_inlier_fraction!r}")
         for name in ("min_keyframe_angle_deg", "max_correction_deg", "confirm_deg"):
             if getattr(self, name) > 180:
                 raise ValueError(f"loop.{name} must be at most 180, got "
