@@ -23,10 +23,9 @@ nor torch, so ``import lingbot_ros.loop`` loads no torch.
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import numpy as np
-
-from typing import Callable
 
 from ..config import KeyframeConfig, SessionConfig
 from .place_db import PlaceKeyframe
