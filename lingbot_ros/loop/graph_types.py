@@ -12,10 +12,15 @@ import numpy as np
 
 from ..geometry import as_transforms, rigid_inverse
 
-__all__ = ["EdgeSigmas", "LoopResidual", "GraphResult", "check_int", "check_id",
-           "check_matrix", "check_rigid", "check_similarity"]
+__all__ = ["EdgeSigmas", "LoopResidual", "GraphResult", "PoseGraphError", "check_int",
+           "check_id", "check_matrix", "check_rigid", "check_similarity"]
 
 ROTATION_TOL = 1e-5  # how far from orthonormal a rotation may be (max |R^T R - I|)
+
+
+class PoseGraphError(ValueError):
+    """GTSAM could not solve the pose graph and dropping the new loops did not help (or
+    there were none): the graph is back at its last good optimize, inputs still pending."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,9 @@ class GraphResult:
     iterations: int  # iSAM2 updates of this optimize()
     time_s: float  # their wall time
     loops: tuple[LoopResidual, ...]
+    # (id_a, id_b) of the loops this optimize() dropped: GTSAM found the system
+    # indeterminate with them (PoseGraph.rejected_loops counts them)
+    rejected_loops: tuple[tuple[int, int], ...] = ()
 
     def map_pose(self, T_odom_x) -> np.ndarray:
         """The rigid map pose (4, 4) of a frame whose front-end pose is ``T_odom_x`` (rigid,

@@ -30,6 +30,7 @@ the graph at that estimate in one batch.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -41,17 +42,20 @@ import numpy as np
 
 from ..geometry import rigid_inverse, rotation_angle
 from .config import LoopConfig
-from .graph_types import (EdgeSigmas, GraphResult, LoopResidual, check_id, check_int,
-                          check_rigid, check_similarity)
+from .graph_types import (EdgeSigmas, GraphResult, LoopResidual, PoseGraphError, check_id,
+                          check_int, check_rigid, check_similarity)
 
-__all__ = ["PoseGraph", "GraphResult", "LoopResidual", "EdgeSigmas", "EDGE_KINDS",
-           "STATE_VERSION"]
+__all__ = ["PoseGraph", "GraphResult", "LoopResidual", "EdgeSigmas", "PoseGraphError",
+           "EDGE_KINDS", "STATE_VERSION", "INDETERMINATE"]
 
 ODOMETRY, ROLLOVER, LOOP = "odometry", "rollover", "loop"
 EDGE_KINDS = (ODOMETRY, ROLLOVER, LOOP)
 STATE_VERSION = 1  # of PoseGraph.state_dict()
 PRIOR_SIGMA = 1e-6  # the first keyframe's prior (the gauge), every tangent component
 RELINEARIZE_THRESHOLD = 0.01  # iSAM2: a variable whose delta exceeds this is relinearized
+INDETERMINATE = "indeterminate"  # rejected_loops' reason: GTSAM could not solve with them
+_EDGE_KEYS = ("edge_kinds", "edge_nodes", "edge_measured", "edge_sigmas", "edge_kernels",
+              "edge_robust_k")  # state_dict's per-edge fields
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,7 @@ class PoseGraph:
         self._fed_nodes = self._fed_edges = 0  # how many are in iSAM2
         self._estimate = np.zeros((0, 4, 4))  # (fed nodes, 4, 4) Sim(3) after the last
         self._result: Optional[GraphResult] = None
+        self._rejected: dict[str, int] = {INDETERMINATE: 0}
 
     # --- inputs ------------------------------------------------------------------------------
 
@@ -109,6 +114,12 @@ class PoseGraph:
     def result(self) -> Optional[GraphResult]:
         """The last optimize()'s result (None before the first)."""
         return self._result
+
+    @property
+    def rejected_loops(self) -> MappingProxyType:
+        """How many loops optimize() dropped, by reason (``"indeterminate"``: GTSAM found
+        the system indeterminate with them), since the graph began (kept in its state)."""
+        return MappingProxyType(dict(self._rejected))
 
     def add_keyframe(self, kf_id: int, stamp_ns: int, T_world_kf, segment: int, *,
                      scale_sigma_log: Optional[float] = None,
@@ -205,11 +216,65 @@ class PoseGraph:
         if self._result is not None and self._fed_nodes == len(self._ids) \
                 and self._fed_edges == len(self._edges):
             return self._result
+        fed = (self._fed_nodes, self._fed_edges)
         start = time.perf_counter()
-        iterations = self._feed(len(self._ids), len(self._edges))
+        try:
+            iterations = self._feed(len(self._ids), len(self._edges))
+        except RuntimeError as err:  # GTSAM's IndeterminantLinearSystemException and kin
+            return self._recover(fed, err)
         elapsed = time.perf_counter() - start
         self._result = self._build_result(iterations, elapsed)
         return self._result
+
+    def _recover(self, fed: tuple[int, int], err: RuntimeError) -> GraphResult:
+        """GTSAM failed while feeding: its iSAM2 may hold part of the update. Rebuild it as
+        load_state_dict does (one batch at the last good estimate, ``fed`` nodes and edges)
+        without the loops added since, then optimize what else is new. No new loop, or
+        the rebuilt graph fails too: PoseGraphError, the graph back at its last good
+        optimize (its result kept, the new inputs pending)."""
+        why = " ".join(str(err).split())[:160]
+        drop = [j for j in range(fed[1], len(self._edges)) if self._edges[j].kind == LOOP]
+        if drop:
+            state = self._state(fed, drop)
+            state["rejected_loops"][INDETERMINATE] += len(drop)
+            fresh = PoseGraph(self.config, self.max_iterations)
+            try:
+                _load_into(fresh, state)
+                result = fresh.optimize()
+            except (RuntimeError, PoseGraphError) as again:
+                why = f"{why}; without its {len(drop)} new loop(s): {' '.join(str(again).split())}"
+            else:
+                pairs = tuple((self._ids[self._edges[j].a], self._ids[self._edges[j].b])
+                              for j in drop)
+                result = dataclasses.replace(result, rejected_loops=pairs)
+                fresh._result = result
+                self.__dict__.update(fresh.__dict__)
+                return result
+        back = PoseGraph(self.config, self.max_iterations)
+        try:
+            _load_into(back, self._state(fed, []))  # the last good graph: it solved before
+        except RuntimeError as worse:
+            raise PoseGraphError(f"pose graph: GTSAM could not solve the graph ({why}) nor "
+                                 f"rebuild its last good state ({worse}): load a snapshot")
+        back._result = self._result  # the same poses: keep the object the caller holds
+        self.__dict__.update(back.__dict__)
+        raise PoseGraphError(
+            f"pose graph: GTSAM could not solve the graph ({why}); "
+            + ("no loop was added since the last optimize" if not drop else
+               f"dropping the {len(drop)} loop(s) added since the last optimize did not help")
+            + "; the graph is back at its last optimize, the new inputs pending") from err
+
+    def _state(self, fed: tuple[int, int], drop: list[int]) -> dict:
+        """state_dict() as of ``fed`` (nodes, edges) fed, without the edges ``drop``."""
+        state = self.state_dict()
+        state["fed_nodes"], state["fed_edges"] = fed
+        state["estimate"] = state["estimate"][:fed[0]]  # (fed nodes, 4, 4) as last solved
+        dropped = set(drop)
+        keep = [j for j in range(len(self._edges)) if j not in dropped]
+        for key in _EDGE_KEYS:
+            col = state[key]
+            state[key] = [col[j] for j in keep] if isinstance(col, list) else col[keep]
+        return state
 
     def _feed(self, nodes: int, edges: int, start: Optional[np.ndarray] = None) -> int:
         """The nodes and edges not yet in iSAM2, up to ``nodes`` and ``edges``, into it
@@ -283,6 +348,7 @@ class PoseGraph:
             "edge_robust_k": np.array([x.robust_k for x in e], dtype=np.float64),
             "fed_nodes": self._fed_nodes, "fed_edges": self._fed_edges,
             "estimate": self._estimate.copy(),
+            "rejected_loops": dict(self._rejected),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -339,6 +405,11 @@ def _load_into(g: PoseGraph, state: dict) -> None:
                          f"({fed_nodes}, 4, 4)")
     for k in range(fed_nodes):
         check_similarity(estimate[k], f"pose graph state: the estimate of node {k}")
+    rejected = state.get("rejected_loops", {INDETERMINATE: 0})  # absent in older states
+    if not isinstance(rejected, dict) or set(rejected) != {INDETERMINATE} or any(
+            isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in rejected.values()):
+        raise ValueError(f"pose graph state: rejected_loops {rejected!r} is malformed")
+    g._rejected = dict(rejected)
     if fed_nodes:
         start = time.perf_counter()
         iterations = g._feed(fed_nodes, fed_edges, start=estimate)
