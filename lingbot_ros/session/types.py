@@ -62,6 +62,9 @@ class FrameResult:
     depth: Optional[np.ndarray] = None  # (H', W') float32 at model resolution, world scale
     depth_conf: Optional[np.ndarray] = None  # (H', W') float32, >= 1
     rgb: Optional[np.ndarray] = None  # (H', W', 3) uint8 model input, for coloured points
+    # (P, C) float32 the model's patch features of this frame (the DINOv2 patch tokens),
+    # with SessionConfig.return_features: what the back end's place descriptor pools
+    features: Optional[np.ndarray] = None
 
     @property
     def model_hw(self) -> tuple[int, int]:
