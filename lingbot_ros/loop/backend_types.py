@@ -34,9 +34,11 @@ class KeyframeInput:
     stamp_ns: int
     segment: int
     T_odom_cam: np.ndarray  # (4, 4) float64 rigid camera-to-world, the front end's world
+    K_model: np.ndarray  # (3, 3) float64 intrinsics at the model's resolution
     features: np.ndarray = field(repr=False)  # (P, C) the model's patch features of the frame
     image: np.ndarray = field(repr=False)  # (H, W, 3) uint8, the model's input
     depth: np.ndarray = field(repr=False)  # (H, W) float32, the front end's depth (its units)
+    depth_conf: Optional[np.ndarray] = field(default=None, repr=False)  # (H, W) float32
 
 
 @dataclass(frozen=True)
