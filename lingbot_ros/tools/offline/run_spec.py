@@ -80,12 +80,16 @@ class OfflineRun:
     save_session: Optional[str]
     snapshot_every: int
     resume: Optional[str]
+    # the back end (tools/offline/loop_run.py)
+    loop_closure: bool = False
+    loop_param: tuple = ()
 
     @classmethod
     def from_namespace(cls, args) -> "OfflineRun":
         """The run ``lingbot-ros-offline``'s parsed arguments describe."""
         values = {f.name: getattr(args, f.name) for f in fields(cls)}
         values["scale_param"] = tuple(values["scale_param"] or ())
+        values["loop_param"] = tuple(values["loop_param"] or ())
         return cls(**values)
 
     @classmethod
@@ -99,4 +103,5 @@ class OfflineRun:
                       no_progress=no_progress, save_session=save_session,
                       snapshot_every=snapshot_every, resume=resume)
         values["scale_param"] = tuple(values.get("scale_param") or ())
+        values["loop_param"] = tuple(values.get("loop_param") or ())
         return cls(**values)
