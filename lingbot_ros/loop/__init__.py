@@ -18,6 +18,11 @@ what the window forgets and corrects it, for the node and the offline runner ali
   a Sim(3) loop measurement, its gates and the confirmation of two; ``pair_runner.py``:
   the model on the pair, a fresh two-frame session that the caller makes (loop/ imports
   neither the session nor torch);
+* ``place_map.py``: ``PlaceMap``, a stored place map (the keyframes at their optimised poses,
+  in metres once the scale is locked) and its folder format (``map_folder.py``: our marker,
+  the manifest's and each file's SHA-256, the atomic replace of our own folder only);
+* ``relocalize.py``: ``Relocalizer``, a stream's keyframes against a stored map: retrieval,
+  verification, two that agree -> ``map -> odom`` in the map's frame;
 * ``synthetic.py``: a room-sized loop with injected drift, for the tests and benchmarks.
 
 Numpy and GTSAM only; nothing here imports torch, the session's internals or ROS. GTSAM is
