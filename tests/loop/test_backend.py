@@ -217,8 +217,10 @@ def test_bad_input_is_a_clear_value_error(closed):
         LoopBackend(CONFIG, scene.pair, -1)
     with pytest.raises(ValueError):
         LoopBackend(CONFIG, "a pair", WINDOW)
-    with pytest.raises(ValueError):
-        LoopConfig(max_verify_per_keyframe=0)
+    for bad_setting in ({"max_verify_per_keyframe": 0}, {"loop_sigma_t_per_m": -0.1},
+                        {"loop_sigma_log_scale_best": 0.0}, {"loop_sigma_deg_best": math.inf}):
+        with pytest.raises(ValueError):
+            LoopConfig(**bad_setting)
 
 
 def test_the_sigma_rule_brings_noisy_loops_within_ten_percent():
