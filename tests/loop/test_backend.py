@@ -153,6 +153,33 @@ def test_gates_and_confirmation_reject_wrong_loops_and_counters_add_up():
         scene.front_end[:, :3, 3], scene.truth[:, :3, 3])
 
 
+def test_loops_the_graph_cannot_solve_count_graph_rejected():
+    """Absurd sigmas (1e-15) make GTSAM's system indeterminate: the graph drops the new
+    loops (docs/loop.md "When GTSAM fails"); the back end counts them, reports no event and
+    keeps the front end's poses."""
+    scene = Scene(revisit=4)
+    config = LoopConfig(min_keyframe_distance_m=0.0, min_age_s=5.0, loop_sigma_t_per_m=0.0,
+                        loop_sigma_t_best_m=1e-15, loop_sigma_deg_best=1e-15,
+                        loop_sigma_log_scale_best=1e-15)
+    backend, steps = run(scene, config)
+    c = backend.counts
+    assert c.verified >= 2 and c.accepted == 0 and backend.events == ()
+    assert c.rejected["graph_rejected"] == c.verified - len(backend._confirm.pending)
+    assert any(s.optimized for s in steps) and all(s.loops == () for s in steps)
+    poses = backend.keyframe_poses()
+    assert max(np.abs(poses[k] - scene.front_end[k]).max() for k in poses) < 1e-9
+
+
+def test_a_rollover_is_seen_by_the_graph():
+    scene = Scene(revisit=0)
+    backend = LoopBackend(CONFIG, None, WINDOW)
+    for k in range(12):
+        kf = scene.keyframe(k)
+        backend.offer(kf.__class__(**{**kf.__dict__, "segment": int(k >= 6)}))
+    kinds = backend.state_dict()["graph"]["edge_kinds"]
+    assert kinds == ["odometry"] * 5 + ["rollover"] + ["odometry"] * 5
+
+
 def test_a_snapshot_round_trips_bit_for_bit_and_continues(closed):
     scene, backend, _ = closed
     half, _ = run(scene, upto=N + 6)
