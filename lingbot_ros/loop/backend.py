@@ -323,6 +323,27 @@ class LoopBackend:
             yield (kid, pose, stored.depth.astype(np.float32) * np.float32(scale),
                    self._K[kid], stored.depth_stride)
 
+    def optimize(self):
+        """The graph optimised over every keyframe offered so far (a ``GraphResult``; None
+        before the first keyframe): what the whole run's corrected trajectory is read from
+        (keyframes since the last loop are placed by the last correction until then)."""
+        return self._graph.optimize() if len(self._graph) else None
+
+    def graph_state(self) -> dict:
+        """The pose graph's ``state_dict()``: its inputs (``loop.graph_record.record_of``)."""
+        return self._graph.state_dict()
+
+    @property
+    def database(self) -> PlaceDatabase:
+        """The place database, for reading (a stored map is made of it); its owner is this
+        back end: never add to it."""
+        return self._db
+
+    @property
+    def intrinsics(self) -> dict[int, np.ndarray]:
+        """Each kept keyframe's K at model resolution (3, 3), read-only, by id."""
+        return dict(self._K)
+
     @property
     def counts(self) -> LoopCounts:
         return LoopCounts(**self._counts, rejected=MappingProxyType(dict(self._rejected)),
