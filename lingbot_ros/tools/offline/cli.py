@@ -51,7 +51,7 @@ from .outputs import (EXIT_ENDED_EARLY, EXIT_FAILED, EXIT_INTERRUPTED, SUMMARY_B
                               SUMMARY_FORMAT, RunState, checkpoint_identity, planned_outputs,
                               settings_of, stamp_range)
 from .run_spec import OfflineRun
-from .loop_run import OfflineLoop, add_loop_args, reoptimize
+from .loop_run import OfflineLoop, add_loop_args, check_loop_options, reoptimize
 from .save_resume import OfflineSnapshots, add_snapshot_args
 from .scale_args import (OfflineScale, add_scale_args, parse_scale, parse_scale_params,
                             scale_config)
@@ -165,7 +165,7 @@ def parse_args(argv):
 def session_config(args, return_depth: Optional[bool] = None) -> SessionConfig:
     """``return_depth``: the results carry the predicted depth (default: for ``--ply``);
     ``--loop-closure`` adds the depth and the patch features the back end keeps."""
-    loop = getattr(args, "loop_closure", False)
+    loop = getattr(args, "loop_closure", False) or bool(getattr(args, "localize_in", None))
     return SessionConfig(
         num_scale_frames=args.scale_frames, window=args.window,
         rollover_keyframes=args.rollover or None,
@@ -194,6 +194,7 @@ def check_options(args) -> None:
         require_matplotlib()
     if args.gt and not Path(args.gt).is_file():
         raise FileNotFoundError(f"--gt {args.gt} does not exist")
+    check_loop_options(args)
     choice = parse_scale(getattr(args, "scale", "none") or "none")
     ScaleConfig(source=choice.source, factor=choice.factor or 1.0,  # checks the values
                 **parse_scale_params(getattr(args, "scale_param", None)))
@@ -256,7 +257,7 @@ def run(args: OfflineRun, model=None, state: Optional[RunState] = None) -> dict:
     model, random_weights = model or load_model(args)
     session = StreamingSession(model, config)
     backend = (OfflineLoop(args, config, lambda c: StreamingSession(model, c))
-               if args.loop_closure else None)
+               if args.loop_closure or args.localize_in else None)
     snaps = OfflineSnapshots(args, session, points, scale)  # --resume, --save-session
     total = source_total(source)
     if args.max_frames is not None:
@@ -286,7 +287,7 @@ def run(args: OfflineRun, model=None, state: Optional[RunState] = None) -> dict:
             if points is not None and r.keyframe:
                 points.add(*frame_points(r, args.ply_stride, args.min_conf))
             if backend is not None:
-                backend.feed(r)
+                backend.feed(r, scale)
         cache = session.info().stream.cache
         if cache:
             for key in peak:

@@ -31,6 +31,7 @@ from ...loop.graph_record import (GraphRecordError, corrected_poses, read_graph_
                                   record_of, replay, scaled, write_graph_record)
 from ..metrics.trajectory import evaluate
 from .run_spec import BadRunOptions
+from .scale_args import parse_scale
 
 log = logging.getLogger("lingbot_ros.offline")
 
@@ -38,6 +39,9 @@ OPTIMIZED = "trajectory_optimized.tum"
 LOOPS = "loops.json"
 GRAPH = "loop_graph.json"
 REOPTIMIZED = "reoptimize.json"
+IN_MAP = "trajectory_in_map.tum"
+LOCALIZATION = "localization.json"
+LOCALIZATION_FORMAT = "lingbot_ros_localization"
 MAP_FRAME = "camera_optical in map = the optimised world (the first keyframe's camera_optical)"
 LOOPS_FORMAT = "lingbot_ros_loops"
 _LOOPS_BEGINS = b'{\n  "format": "' + LOOPS_FORMAT.encode()
@@ -52,6 +56,14 @@ def add_loop_args(p) -> None:
                    "loop_graph.json")
     g.add_argument("--loop-param", action="append", default=[], metavar="NAME=VALUE",
                    help="a loop.* setting (docs/loop.md), e.g. min_age_s=10; repeatable")
+    g.add_argument("--save-map", metavar="DIR",
+                   help="with --loop-closure: write the place map (every kept keyframe at its "
+                   "optimised pose: descriptor, image, depth; in metres when --scale locked) "
+                   "to the folder DIR, replaced only if it is a place map we wrote")
+    g.add_argument("--localize-in", metavar="MAP",
+                   help="relocalize the run in a stored place map (needs a metric --scale that "
+                   "locks): writes localization.json and, once localized, "
+                   "trajectory_in_map.tum (the run in the map's frame, metres)")
     g.add_argument("--reoptimize", action="store_true",
                    help="INPUT is the output folder of a --loop-closure run: replay its "
                    "loop_graph.json (with --loop-param's settings) without the model; writes "
@@ -87,30 +99,78 @@ def _parse(name: str, text: str):
         raise BadRunOptions(f"--loop-param {name}={text!r}: not a valid {kind.__name__}") from None
 
 
+def check_loop_options(run) -> None:
+    """What would fail only after the run: fail now (BadRunOptions)."""
+    if getattr(run, "save_map", None) and not getattr(run, "loop_closure", False):
+        raise BadRunOptions("--save-map needs --loop-closure (the map is the back end's)")
+    if getattr(run, "save_map", None):
+        from ...loop.map_folder import check_replaceable
+        check_replaceable(Path(run.save_map))  # MapNotReplaced: not a map of ours
+    if getattr(run, "localize_in", None) and parse_scale(run.scale or "none").source == "none":
+        raise BadRunOptions("--localize-in needs a metric --scale (the stored map is in "
+                            "metres): e.g. --scale depth")
+    if getattr(run, "loop_closure", False) or getattr(run, "localize_in", None):
+        loop_config(run.loop_param)
+
+
 class OfflineLoop:
-    """The back end of one offline run: fed each result, written at the end."""
+    """The back end of one offline run (``--loop-closure``) and its relocalization in a
+    stored map (``--localize-in``): fed each result, written at the end."""
 
     def __init__(self, run, stream, make_session) -> None:
         from ...loop.backend import LoopBackend
         from ...loop.pair_runner import run_pair
+        self.run = run
         self.config = loop_config(run.loop_param)
         pair = partial(run_pair, make_session, stream)
-        self.backend = LoopBackend(self.config, pair=pair, window=stream.window)
+        self.backend = (LoopBackend(self.config, pair=pair, window=stream.window)
+                        if run.loop_closure else None)
+        self.relocalizer, self.localized = None, None
+        self.waited_for_scale = 0  # keyframes before the scale locked (not offered)
+        if getattr(run, "localize_in", None):
+            from ...loop.place_map import read_place_map
+            from ...loop.relocalize import Relocalizer
+            place_map = read_place_map(Path(run.localize_in))  # PlaceMapError: refused
+            self.relocalizer = Relocalizer(self.config, place_map, pair)
 
-    def feed(self, result) -> None:
-        """A result of the stream: a keyframe goes to the back end."""
+    def feed(self, result, scale) -> None:
+        """A result of the stream: a keyframe goes to the back end, and to the relocalizer
+        (in metres, by the scale's estimate now) until it is localized."""
         from ...loop.backend import keyframe_input
-        if result.keyframe:
-            step = self.backend.offer(keyframe_input(result))
-            for event in step.loops:
+        if not result.keyframe:
+            return
+        kf = keyframe_input(result)
+        if self.backend is not None:
+            for event in self.backend.offer(kf).loops:
                 log.info("loop closed: keyframe %d -> %d, map -> odom moved %.3f / %.2f deg",
                          event.keyframe_id, event.matched_id, event.jump_m, event.jump_deg)
+        if self.relocalizer is not None and self.localized is None:
+            factor = scale.factor
+            if factor is None:
+                self.waited_for_scale += 1
+                return
+            outcome = self.relocalizer.offer(metric_keyframe(kf, factor))
+            if outcome.localized:
+                self.localized = (outcome, kf.stamp_ns, factor)
+                log.info("localized in %s at keyframe %d (stored keyframe %d)",
+                         self.run.localize_in, kf.keyframe_id, outcome.matched_id)
 
     def write(self, out: Path, stamps, model_poses, scale, gt, eval_args: dict,
               written: list) -> dict:
         """The back end's files in ``out``; ``model_poses``: the front end's trajectory in
         model units (the graph's), converted here by ``scale`` as ``trajectory.tum`` is.
         Returns the summary's ``loop_closure``."""
+        summary: dict = {}
+        if self.backend is not None:
+            summary.update(self._write_loops(out, stamps, model_poses, scale, gt, eval_args,
+                                             written))
+        if self.relocalizer is not None:
+            summary["localization"] = self._write_localization(out, stamps, model_poses,
+                                                               scale, written)
+        return summary
+
+    def _write_loops(self, out, stamps, model_poses, scale, gt, eval_args, written) -> dict:
+        result = self.backend.optimize()  # every keyframe's node (None: no keyframe)
         record = record_of(self.backend.graph_state())  # model units
         factor = scale.factor
         files = {"loop_graph": str(write_graph_record(
@@ -123,16 +183,59 @@ class OfflineLoop:
         written.append(LOOPS)
         files["loops"] = str(out / LOOPS)
         summary = {"counts": doc["counts"], "loops": len(events), "outputs": files}
-        if record.ids:
-            optimized = scale.poses(corrected_poses(self.backend.graph_result(), record,
-                                                    stamps, model_poses))
+        if result is not None and len(stamps):
+            optimized = scale.poses(corrected_poses(result, record, stamps, model_poses))
             files["trajectory_optimized"] = str(write_tum(
                 out / OPTIMIZED, stamps, optimized, frame=MAP_FRAME,
                 header=scale.header_lines()))
             written.append(OPTIMIZED)
             if gt is not None:
                 summary["evaluation"] = evaluate(stamps, optimized, gt[0], gt[1], **eval_args)
+        if getattr(self.run, "save_map", None):
+            files["place_map"] = str(self._save_map(scale))
         return summary
+
+    def _save_map(self, scale) -> Path:
+        """``--save-map``: the kept keyframes at their optimised poses; in metres when the
+        scale locked (the manifest says which, and the source)."""
+        from ...loop.place_map import place_map_from, to_metres, write_place_map
+        place_map = place_map_from(self.backend.database, self.backend.keyframe_poses(),
+                                   "model", intrinsics=self.backend.intrinsics)
+        if scale.factor is not None:
+            place_map = to_metres(place_map, scale.factor, scale.config.source)
+        else:
+            log.warning("--save-map: the scale never locked: the place map is in model units "
+                        "and cannot be relocalized in")
+        path = write_place_map(Path(self.run.save_map), place_map)
+        log.info("place map of %d keyframes written to %s (%s)", len(place_map), path,
+                 place_map.units)
+        return path
+
+    def _write_localization(self, out, stamps, model_poses, scale, written) -> dict:
+        """``localization.json`` and, once localized, ``trajectory_in_map.tum``: the run's
+        metric poses moved by the localization's ``T_map_odom``."""
+        reloc = self.relocalizer
+        doc: dict = {"format": LOCALIZATION_FORMAT, "schema": 1,
+                     "map": str(self.run.localize_in), "map_id": reloc.place_map.map_id,
+                     "localized": self.localized is not None,
+                     "keyframes_before_scale_locked": self.waited_for_scale,
+                     "counts": dict(reloc.counts),
+                     "candidate_counts": dict(reloc.candidate_counts)}
+        if self.localized is not None and scale.factor is not None and len(stamps):
+            outcome, stamp_ns, factor = self.localized
+            T = np.asarray(outcome.T_map_odom, np.float64)
+            doc.update(stamp_ns=stamp_ns, matched_id=outcome.matched_id,
+                       metres_per_unit_then=factor, T_map_odom=T.reshape(-1).tolist())
+            in_map = T @ scale.poses(model_poses)
+            write_tum(out / IN_MAP, stamps, in_map, frame=f"camera_optical in the stored "
+                      f"map {reloc.place_map.map_id}'s frame", header=scale.header_lines())
+            written.append(IN_MAP)
+            doc["trajectory_in_map"] = str(out / IN_MAP)
+        write_atomic(out / LOCALIZATION,
+                     (json.dumps(doc, indent=2, allow_nan=False) + "\n").encode(),
+                     replaces=b'{\n  "format": "' + LOCALIZATION_FORMAT.encode())
+        written.append(LOCALIZATION)
+        return doc
 
 
 def loops_document(events, counts, metres_per_unit: float) -> dict:
@@ -147,6 +250,15 @@ def loops_document(events, counts, metres_per_unit: float) -> dict:
             "counts": {"keyframes": counts.keyframes, "kept": counts.kept,
                        "candidates": counts.candidates, "verified": counts.verified,
                        "accepted": counts.accepted, "rejected": dict(counts.rejected)}}
+
+
+def metric_keyframe(kf, metres_per_unit: float):
+    """``kf`` with its pose's translation and its depth in metres."""
+    T = np.array(kf.T_odom_cam, np.float64)
+    T[:3, 3] *= metres_per_unit
+    return dataclasses.replace(kf, T_odom_cam=T,
+                               depth=np.asarray(kf.depth, np.float32) * np.float32(
+                                   metres_per_unit))
 
 
 def _finite(loops: list) -> list:

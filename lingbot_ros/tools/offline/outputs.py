@@ -60,6 +60,9 @@ OFFLINE_FILES = {
     "trajectory_optimized.tum": OurFile("trajectory_optimized.tum", _TUM),
     "loops.json": OurFile("loops.json", b'{\n  "format": "lingbot_ros_loops"'),
     "loop_graph.json": OurFile("loop_graph.json", b'{\n  "format": "lingbot_ros_loop_graph"'),
+    "trajectory_in_map.tum": OurFile("trajectory_in_map.tum", _TUM),
+    "localization.json": OurFile("localization.json",
+                                 b'{\n  "format": "lingbot_ros_localization"'),
 }
 
 
@@ -73,6 +76,8 @@ def planned_outputs(args) -> list[OurFile]:
         names.append("trajectory.png")
     if getattr(args, "loop_closure", False):
         names += ["trajectory_optimized.tum", "loops.json", "loop_graph.json"]
+    if getattr(args, "localize_in", None):
+        names += ["trajectory_in_map.tum", "localization.json"]
     return [OFFLINE_FILES[n] for n in names]
 
 

@@ -83,6 +83,8 @@ class OfflineRun:
     # the back end (tools/offline/loop_run.py)
     loop_closure: bool = False
     loop_param: tuple = ()
+    save_map: Optional[str] = None
+    localize_in: Optional[str] = None
 
     @classmethod
     def from_namespace(cls, args) -> "OfflineRun":
