@@ -59,13 +59,13 @@ def test_every_dataset_is_found_configured_run_and_printed(data_root, tmp_path, 
                    "--out", str(out), *FAST])
     assert rc == 0
     rows = {r["sequence"]: r for r in csv.DictReader((out / "table.csv").open())}
-    assert set(rows) == {"tum_rgbd_rgbd_dataset_freiburg1_xyz", "seven_scenes_chess_seq-03",
-                         "kitti_sequences_07"}
+    assert set(rows) == {"tum_rgbd_fr1_xyz", "seven_scenes_chess_seq-03",
+                         "kitti_07"}
     summaries = {r["sequence"]: r["summary"] for r in
                  json.loads((out / "results.json").read_text())}
-    declared = {"tum_rgbd_rgbd_dataset_freiburg1_xyz": (518, None, 1, 9),
+    declared = {"tum_rgbd_fr1_xyz": (518, None, 1, 9),
                 "seven_scenes_chess_seq-03": (518, None, 5, 9),
-                "kitti_sequences_07": (504, 280, 1, 9)}
+                "kitti_07": (504, 280, 1, 9)}
     for name, summary in summaries.items():
         width, height, stride, frames = declared[name]
         s = summary["settings"]
@@ -74,7 +74,7 @@ def test_every_dataset_is_found_configured_run_and_printed(data_root, tmp_path, 
         assert s["window"] == 64
         assert summary["frames_processed"] == frames == int(rows[name]["frames"])
         assert rows[name]["ate_sim3_rmse"] != ""  # evaluated against its ground truth
-    assert summaries["kitti_sequences_07"]["settings"]["input_size_hw"] == [280, 504]
+    assert summaries["kitti_07"]["settings"]["input_size_hw"] == [280, 504]
     bench = (out / "benchmark.md").read_text()
     assert bench in capsys.readouterr().out
     lines = {line.split(" | ")[0].lstrip("| "): line for line in bench.splitlines()}
@@ -82,7 +82,7 @@ def test_every_dataset_is_found_configured_run_and_printed(data_root, tmp_path, 
     assert "| 1/18 | 518 | 5 |" in lines["7-Scenes"] and "| 0.079 |" in lines["7-Scenes"]
     assert "| 1/11 | 504x280 | 1 |" in lines["KITTI (504x280)"]
     assert "| 24.046 |" in lines["KITTI (504x280)"] and "loops" not in bench
-    ate = float(rows["kitti_sequences_07"]["ate_sim3_rmse"])
+    ate = float(rows["kitti_07"]["ate_sim3_rmse"])
     assert f"| {ate:.3f} |" in lines["KITTI (504x280)"]
     missing = [r.message for r in caplog.records if "missing under" in r.message]
     assert len(missing) == 3 and "rgbd_dataset_freiburg1_desk" in missing[0]
@@ -93,7 +93,7 @@ def test_missing_datasets_are_named_and_the_others_run(data_root, tmp_path):
     root = tmp_path / "data"
     shutil.copytree(data_root / "tum_rgbd", root / "tum_rgbd")
     planned, missing = plan_benchmark("lingbot-map", root, {})
-    assert [p.name for p in planned] == ["tum_rgbd_rgbd_dataset_freiburg1_xyz"]
+    assert [p.name for p in planned] == ["tum_rgbd_fr1_xyz"]
     assert missing[1].startswith("7-Scenes: 18 of 18 sequences missing under")
     assert missing[1].endswith("the dataset is left out") and "seq-NN" in missing[1]
     assert missing[2].startswith("KITTI (504x280): 11 of 11") and "poses/NN.txt" in missing[2]

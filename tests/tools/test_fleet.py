@@ -476,8 +476,8 @@ def test_the_benchmark_with_loop_closure_on_the_cluster(cluster, tmp_path):
     assert_same_results(out, local)
     manifest = json.loads((out / "manifest.json").read_text())["units"]
     results = json.loads((out / "results.json").read_text())
-    assert [r["sequence"] for r in results] == ["tum_rgbd_rgbd_dataset_freiburg1_xyz",
-                                                "kitti_sequences_04"]
+    assert [r["sequence"] for r in results] == ["tum_rgbd_fr1_xyz",
+                                                "kitti_04"]
     for result in results:
         unit = f"{result['sequence']}/{result['policy']}"
         on_disk = {p.name for p in (out / unit).iterdir()}

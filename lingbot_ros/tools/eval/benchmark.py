@@ -49,7 +49,10 @@ class BenchmarkDataset:
     published_rpe_rot_deg: float
 
     def unit_name(self, sequence: str) -> str:
-        return f"{self.name}_{sequence.replace('/', '_')}"
+        """The unit's folder and row name: ``tum_rgbd_fr1_xyz``, ``seven_scenes_chess_seq-03``,
+        ``kitti_07``."""
+        short = sequence.replace("rgbd_dataset_freiburg", "fr").removeprefix("sequences/")
+        return f"{self.name}_{short.replace('/', '_')}"
 
 
 TUM_FR1 = tuple(f"rgbd_dataset_freiburg1_{s}" for s in
