@@ -10,7 +10,7 @@ message.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Optional
 
 __all__ = ["OfflineRun", "OfflineRunError", "BadRunOptions", "CannotResume"]
@@ -80,11 +80,17 @@ class OfflineRun:
     save_session: Optional[str]
     snapshot_every: int
     resume: Optional[str]
+    # every N-th input frame (--stride); a default, so runs built without it read every one
+    stride: int = 1
+    # the loop-closure back end (--loop-closure: trajectory_optimized.tum, loops.json); the
+    # offline runner's wiring reads it, lingbot-ros-eval passes it to every unit
+    loop_closure: bool = False
 
     @classmethod
     def from_namespace(cls, args) -> "OfflineRun":
         """The run ``lingbot-ros-offline``'s parsed arguments describe."""
-        values = {f.name: getattr(args, f.name) for f in fields(cls)}
+        values = {f.name: getattr(args, f.name) if f.default is MISSING
+                  else getattr(args, f.name, f.default) for f in fields(cls)}
         values["scale_param"] = tuple(values["scale_param"] or ())
         return cls(**values)
 
