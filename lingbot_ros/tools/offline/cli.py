@@ -47,6 +47,7 @@ from ...session import (PRESETS, FrameRejected, StreamingSession,
 from ..metrics.trajectory import evaluate
 from ..out_folder import check_out_folder
 from ..sources.datasets import FORMATS, open_dataset
+from ..sources.frame import Strided
 from .outputs import (EXIT_ENDED_EARLY, EXIT_FAILED, EXIT_INTERRUPTED, SUMMARY_BEGINS,
                               SUMMARY_FORMAT, RunState, checkpoint_identity, planned_outputs,
                               settings_of, stamp_range)
@@ -80,6 +81,8 @@ def add_input_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fps", type=float, default=30.0,
                    help="frame rate for stamps where the input has none (folders of "
                    "frame_001.png, 7-Scenes, videos without timestamps)")
+    p.add_argument("--stride", type=int, default=1, help="run every N-th frame of the input "
+                   "(the first, then every N on; a benchmark's frame sampling)")
     p.add_argument("--topic", help="image topic of a bag (default: the only image topic)")
     p.add_argument("--gt", help="ground-truth TUM file of the camera (default: the dataset's "
                    "own, when it has one)")
@@ -194,6 +197,8 @@ def check_options(args) -> None:
         require_matplotlib()
     if args.gt and not Path(args.gt).is_file():
         raise FileNotFoundError(f"--gt {args.gt} does not exist")
+    if getattr(args, "stride", 1) < 1:
+        raise ValueError(f"--stride must be >= 1, got {args.stride}")
     check_loop_options(args)
     choice = parse_scale(getattr(args, "scale", "none") or "none")
     ScaleConfig(source=choice.source, factor=choice.factor or 1.0,  # checks the values
@@ -253,7 +258,7 @@ def run(args: OfflineRun, model=None, state: Optional[RunState] = None) -> dict:
     log.info("%s", dataset.description)
     scale = OfflineScale(scale_config(args, dataset), dataset.depth, args.min_conf)
     config = session_config(args, args.ply or scale.needs_depth)
-    source = dataset.source
+    source = dataset.source if args.stride == 1 else Strided(dataset.source, args.stride)
     model, random_weights = model or load_model(args)
     session = StreamingSession(model, config)
     backend = (OfflineLoop(args, config, lambda c: StreamingSession(model, c))

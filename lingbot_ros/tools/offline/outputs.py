@@ -185,5 +185,6 @@ def settings_of(args, config: SessionConfig, info: SessionInfo) -> dict:
             "camera_head_precision": args.camera_head_precision, "max_diff_s": args.max_diff,
             "offset_s": args.offset, "scale": args.scale,
             "scale_params": list(args.scale_param), "depth_topic": args.depth_topic,
+            "stride": getattr(args, "stride", 1),
             "loop_closure": getattr(args, "loop_closure", False),
             "loop_params": list(getattr(args, "loop_param", ()))}
