@@ -31,7 +31,8 @@ log = logging.getLogger("lingbot_ros.eval")
 DRIVER_ONLY = frozenset({
     "sequences", "policies", "out", "keyframes", "no_progress", "ray", "workers",
     "gpus_per_worker", "cpus_per_worker", "retries", "resume", "snapshot_every",
-    "save_session", "benchmark", "data_root"})
+    "save_session", "benchmark", "data_root",
+    "reoptimize"})  # lingbot-ros-offline's other mode (a run folder replayed), never a unit's
 
 
 @dataclass(frozen=True)
