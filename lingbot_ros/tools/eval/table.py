@@ -93,6 +93,13 @@ def parse_args(argv):
     p.add_argument("--loop-closure", action="store_true",
                    help="run each unit with the loop-closure back end; adds the optimised "
                    "trajectory's ATE/RPE and the loops accepted")
+    p.add_argument("--loop-param", action="append", default=[], metavar="NAME=VALUE",
+                   help="with --loop-closure or --localize-in: a loop.* setting of every "
+                   "unit (lingbot-ros-offline --loop-param); repeatable")
+    p.add_argument("--localize-in", metavar="MAP",
+                   help="relocalize every unit in this stored place map (a path every "
+                   "worker sees; needs a metric --scale): each unit writes "
+                   "localization.json and, once localized, trajectory_in_map.tum")
     p.add_argument("--policies", default="all,every_n,flow",
                    help=f"comma-separated keyframe policies, of {', '.join(KEYFRAME_POLICIES)}")
     p.add_argument("--out", default="eval_out", help="output folder")
