@@ -1,10 +1,10 @@
-"""python -m lingbot_ros.tools.bench.backend_cost: its JSON, on a short stream (no timing
+"""python -m lingbot_ros.tools.bench.loop.backend_cost: its JSON, on a short stream (no timing
 checked)."""
 import json
 
 import pytest
 
-from lingbot_ros.tools.bench.backend_cost import main
+from lingbot_ros.tools.bench.loop.backend_cost import main
 
 
 def test_backend_cost_prints_its_report(capsys):

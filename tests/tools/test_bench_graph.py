@@ -1,7 +1,7 @@
-"""python -m lingbot_ros.tools.bench.graph_cost: its JSON, on a small graph (no timing checked)."""
+"""python -m lingbot_ros.tools.bench.loop.graph_cost: its JSON, on a small graph (no timing checked)."""
 import json
 
-from lingbot_ros.tools.bench.graph_cost import main
+from lingbot_ros.tools.bench.loop.graph_cost import main
 
 
 def test_graph_cost_prints_and_writes_its_report(tmp_path, capsys):

@@ -1,10 +1,10 @@
-"""python -m lingbot_ros.tools.bench.place_map_cost: a stored place map's costs, as JSON (a
+"""python -m lingbot_ros.tools.bench.loop.place_map_cost: a stored place map's costs, as JSON (a
 small run: the keys and their plumbing; the figures themselves are docs/loop.md's)."""
 import json
 
 import pytest
 
-from lingbot_ros.tools.bench.place_map_cost import main, run_place_map_bench
+from lingbot_ros.tools.bench.loop.place_map_cost import main, run_place_map_bench
 
 
 def test_the_place_map_bench_reports_its_figures(tmp_path):

@@ -1,10 +1,10 @@
-"""python -m lingbot_ros.tools.bench.retrieval_cost: the keyframe database's costs, as JSON
+"""python -m lingbot_ros.tools.bench.loop.retrieval_cost: the keyframe database's costs, as JSON
 (a small run: the keys and their plumbing; the figures themselves are docs/loop.md's)."""
 import json
 
 import pytest
 
-from lingbot_ros.tools.bench.retrieval_cost import GOAL_MS, main, run_retrieval_bench
+from lingbot_ros.tools.bench.loop.retrieval_cost import GOAL_MS, main, run_retrieval_bench
 
 
 def test_the_retrieval_bench_reports_its_figures():

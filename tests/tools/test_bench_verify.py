@@ -1,7 +1,7 @@
-"""python -m lingbot_ros.tools.bench.verify_cost: a candidate's verification cost, as JSON."""
+"""python -m lingbot_ros.tools.bench.loop.verify_cost: a candidate's verification cost, as JSON."""
 import json
 
-from lingbot_ros.tools.bench.verify_cost import main
+from lingbot_ros.tools.bench.loop.verify_cost import main
 
 
 def test_the_bench_prints_medians_of_the_pair_and_the_gates(capsys):

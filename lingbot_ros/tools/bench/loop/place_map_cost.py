@@ -1,4 +1,4 @@
-"""``python -m lingbot_ros.tools.bench.place_map_cost``: a stored place map's CPU costs.
+"""``python -m lingbot_ros.tools.bench.loop.place_map_cost``: a stored place map's CPU costs.
 
 Prints one JSON object (docs/loop.md, "Stored place maps"): for a map of ``--keyframes``
 model-resolution keyframes (random images, depths and descriptors; K per keyframe),
@@ -28,13 +28,13 @@ from typing import Optional
 
 import numpy as np
 
-from ...loop.backend_types import KeyframeInput
-from ...loop.config import LoopConfig
-from ...loop.place_db import PlaceDatabase
-from ...loop.place_descriptor import DESCRIPTOR_DIM
-from ...loop.place_map import (database_from, place_map_from, read_place_map, to_metres,
+from ....loop.backend_types import KeyframeInput
+from ....loop.config import LoopConfig
+from ....loop.place_db import PlaceDatabase
+from ....loop.place_descriptor import DESCRIPTOR_DIM
+from ....loop.place_map import (database_from, place_map_from, read_place_map, to_metres,
                                write_place_map)
-from ...loop.relocalize import Relocalizer
+from ....loop.relocalize import Relocalizer
 
 __all__ = ["main", "run_place_map_bench"]
 
@@ -120,7 +120,7 @@ def run_place_map_bench(keyframes: int = 1000, model_hw=(392, 518), repeats: int
 
 def main(argv: Optional[list] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m lingbot_ros.tools.bench.place_map_cost",
+        prog="python -m lingbot_ros.tools.bench.loop.place_map_cost",
         description="A stored place map's costs: write, read, load, relocalize (JSON).")
     parser.add_argument("--keyframes", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=3)

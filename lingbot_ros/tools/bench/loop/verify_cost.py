@@ -1,4 +1,4 @@
-"""``python -m lingbot_ros.tools.bench.verify_cost``: a loop candidate's verification cost.
+"""``python -m lingbot_ros.tools.bench.loop.verify_cost``: a loop candidate's verification cost.
 
 Prints one JSON object (docs/loop.md, "Verification"), medians and p90 over ``--repeats``
 candidates, in milliseconds:
@@ -20,11 +20,11 @@ from typing import Optional
 
 import numpy as np
 
-from ...config import PreprocessConfig, SessionConfig
-from ...loop.config import LoopConfig
-from ...loop.pair_runner import run_pair
-from ...loop.place_db import PlaceDatabase
-from ...loop.verify import verify_pair
+from ....config import PreprocessConfig, SessionConfig
+from ....loop.config import LoopConfig
+from ....loop.pair_runner import run_pair
+from ....loop.place_db import PlaceDatabase
+from ....loop.verify import verify_pair
 
 __all__ = ["main", "run_verify_bench"]
 
@@ -35,7 +35,7 @@ def _stats(values: list[float]) -> dict:
 
 def run_verify_bench(preset: str = "tiny", device: str = "cpu", width: int = 518,
                      height: int = 392, repeats: int = 10) -> dict:
-    from ...session import StreamingSession, open_session  # loads torch
+    from ....session import StreamingSession, open_session  # loads torch
 
     cfg = SessionConfig(num_scale_frames=2, window=4, device=device,
                         preprocess=PreprocessConfig(width=width, height=height))

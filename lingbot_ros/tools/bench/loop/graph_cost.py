@@ -1,6 +1,6 @@
 """The pose graph's CPU cost per accepted loop (iSAM2), at 1,000 and 10,000 keyframes.
 
-    python -m lingbot_ros.tools.bench.graph_cost --keyframes 1000 10000 [--loops 10]
+    python -m lingbot_ros.tools.bench.loop.graph_cost --keyframes 1000 10000 [--loops 10]
 
 A camera patrols a room-sized circle (3 m radius, 200 keyframes a lap, 9.4 cm apart) with
 the front end's drift injected (:mod:`lingbot_ros.loop.synthetic`: the tests' biases, the
@@ -35,8 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ...geometry import ate_rmse
-from ..out_folder import OutRefused, check_out_file, json_report_begins, write_json_report
+from ....geometry import ate_rmse
+from ...out_folder import OutRefused, check_out_file, json_report_begins, write_json_report
 
 __all__ = ["main", "bench_graph", "bench_accuracy"]
 
@@ -56,8 +56,8 @@ def _stats(values_s: list[float]) -> dict:
 def bench_graph(keyframes: int, loops: int = 10, seed: int = 0) -> dict:
     """The section of one graph size: build ``keyframes`` keyframes (loops each lap), then
     ``loops`` timed loops of each kind. JSON-ready."""
-    from ...loop.pose_graph import PoseGraph
-    from ...loop.synthetic import drifted, loop_measurement, loop_path
+    from ....loop.pose_graph import PoseGraph
+    from ....loop.synthetic import drifted, loop_measurement, loop_path
     if keyframes < 2 * LAP or loops < 1:
         raise ValueError(f"keyframes must be >= {2 * LAP} and loops >= 1, got {keyframes}, "
                          f"{loops}")
@@ -124,7 +124,7 @@ def bench_accuracy(n: int = 200, seed: int = 1) -> dict:
     each robust kernel, with and without a 4th loop 3 m wrong; with the scale pinned
     (odometry log-scale sigma 1e-6, the loops' scale ignored: an SE(3)-like graph); with
     Huber under 2 and 3 times the drift (``ratio``: of that drifted ATE)."""
-    from ...loop.synthetic import loop_path
+    from ....loop.synthetic import loop_path
     truth = loop_path(n + 1, per_lap=n)
     cases = {f"{k}{w}": (k, bool(w), False, 1.0)
              for k in ("huber", "cauchy") for w in ("", "_wrong_loop")}
@@ -139,9 +139,9 @@ def bench_accuracy(n: int = 200, seed: int = 1) -> dict:
 
 def _accuracy_case(truth: np.ndarray, seed: int, kernel: str, wrong: bool, pinned: bool,
                    factor: float) -> dict:
-    from ...loop.config import LoopConfig
-    from ...loop.pose_graph import EdgeSigmas, PoseGraph
-    from ...loop.synthetic import drifted, loop_measurement
+    from ....loop.config import LoopConfig
+    from ....loop.pose_graph import EdgeSigmas, PoseGraph
+    from ....loop.synthetic import drifted, loop_measurement
     n = len(truth) - 1
     fe, units = drifted(truth, rot_deg_per_step=(0.004 * factor, 0.004 * factor,
                                                   0.04 * factor),

@@ -1,4 +1,4 @@
-"""``python -m lingbot_ros.tools.bench.backend_cost``: the back end's CPU cost per keyframe.
+"""``python -m lingbot_ros.tools.bench.loop.backend_cost``: the back end's CPU cost per keyframe.
 
 Prints one JSON object (docs/loop.md, "The back end (LoopBackend)"): a stream of
 ``--keyframes`` keyframes around the synthetic room (``loop/synthetic.py``: a 3 m circle,
@@ -26,10 +26,10 @@ from typing import Optional
 
 import numpy as np
 
-from ...loop.backend import LoopBackend
-from ...loop.backend_types import KeyframeInput
-from ...loop.config import LoopConfig
-from ...loop.synthetic import drifted, loop_path
+from ....loop.backend import LoopBackend
+from ....loop.backend_types import KeyframeInput
+from ....loop.config import LoopConfig
+from ....loop.synthetic import drifted, loop_path
 
 __all__ = ["WINDOW", "main", "run_backend_bench"]
 
@@ -103,7 +103,7 @@ def _machine() -> dict:
 
 def main(argv: Optional[list] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m lingbot_ros.tools.bench.backend_cost",
+        prog="python -m lingbot_ros.tools.bench.loop.backend_cost",
         description="The back end's cost per keyframe (offer, retrieval only) (JSON).")
     parser.add_argument("--keyframes", type=int, default=1000)
     parser.add_argument("--height", type=int, default=392)

@@ -1,4 +1,4 @@
-"""``python -m lingbot_ros.tools.bench.retrieval_cost``: the keyframe database's CPU costs.
+"""``python -m lingbot_ros.tools.bench.loop.retrieval_cost``: the keyframe database's CPU costs.
 
 Prints one JSON object (docs/loop.md, "Keyframe database"):
 
@@ -29,9 +29,9 @@ from typing import Optional
 
 import numpy as np
 
-from ...loop.config import LoopConfig
-from ...loop.place_db import PlaceDatabase, bytes_per_keyframe
-from ...loop.place_descriptor import DESCRIPTOR_DIM, place_descriptor
+from ....loop.config import LoopConfig
+from ....loop.place_db import PlaceDatabase, bytes_per_keyframe
+from ....loop.place_descriptor import DESCRIPTOR_DIM, place_descriptor
 
 __all__ = ["GOAL_MS", "WINDOW", "main", "run_retrieval_bench"]
 
@@ -157,7 +157,7 @@ def _machine() -> dict:
 
 def main(argv: Optional[list] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m lingbot_ros.tools.bench.retrieval_cost",
+        prog="python -m lingbot_ros.tools.bench.loop.retrieval_cost",
         description="The keyframe database's costs: retrieval, add, memory (JSON).")
     parser.add_argument("--keyframes", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=200)
