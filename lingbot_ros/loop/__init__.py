@@ -18,7 +18,16 @@ what the window forgets and corrects it, for the node and the offline runner ali
   a Sim(3) loop measurement, its gates and the confirmation of two; ``pair_runner.py``:
   the model on the pair, a fresh two-frame session that the caller makes (loop/ imports
   neither the session nor torch);
-* ``synthetic.py``: a room-sized loop with injected drift, for the tests and benchmarks.
+* ``place_map.py``: ``PlaceMap``, a stored place map (the keyframes at their optimised poses,
+  in metres once the scale is locked) and its folder format (``map_folder.py``: our marker,
+  the manifest's and each file's SHA-256, the atomic replace of our own folder only);
+* ``relocalize.py``: ``Relocalizer``, a stream's keyframes against a stored map: retrieval,
+  verification, two that agree -> ``map -> odom`` in the map's frame;
+* ``synthetic.py``: a room-sized loop with injected drift, for the tests and benchmarks;
+* ``backend.py``: ``LoopBackend``, the one object the node and the offline runner drive
+  (a keyframe in: retrieval, verification, confirmation, the graph; ``map -> odom`` out),
+  over the contracts of ``backend_types.py``; its snapshot's own part in
+  ``backend_state.py``. It imports ``pose_graph`` when a back end is made.
 
 Numpy and GTSAM only; nothing here imports torch, the session's internals or ROS. GTSAM is
 imported by ``pose_graph.py`` alone, at its top: this package imports it nowhere, so

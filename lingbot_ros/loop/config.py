@@ -62,6 +62,16 @@ class LoopConfig:
     # agrees, among at most this many pending verified loops (the oldest dropped first)
     confirm_window_s: float = 10.0
     confirm_max_pending: int = 8
+    # the back end (loop/backend.py): at most this many of a keyframe's candidates verified
+    max_verify_per_keyframe: int = 2
+    # per-loop sigmas (backend.loop_sigmas, docs/loop.md "The back end"): a verification
+    # whose every overlapping pixel is an inlier gets these; one at the gate
+    # (min_inlier_fraction) gets loop_sigma_* above; geometric in between. The translation's
+    # also grows by loop_sigma_t_per_m per unit of the pair's baseline
+    loop_sigma_t_best_m: float = 0.03
+    loop_sigma_deg_best: float = 0.5
+    loop_sigma_log_scale_best: float = 0.005
+    loop_sigma_t_per_m: float = 0.02
 
     def __post_init__(self) -> None:
         if not isinstance(self.enable, bool):
@@ -74,14 +84,18 @@ class LoopConfig:
                      "max_correction_deg", "confirm_m", "confirm_deg",
                      "odom_sigma_log_scale_per_m", "odom_sigma_log_scale_min",
                      "rollover_sigma_log_scale", "loop_sigma_log_scale",
-                     "inlier_depth_ratio", "min_inlier_fraction", "confirm_window_s"):
+                     "inlier_depth_ratio", "min_inlier_fraction", "confirm_window_s",
+                     "loop_sigma_t_best_m", "loop_sigma_deg_best",
+                     "loop_sigma_log_scale_best"):
             _check_number(name, getattr(self, name), allow_zero=False)
+        _check_number("loop_sigma_t_per_m", self.loop_sigma_t_per_m, allow_zero=True)
         if self.odom_sigma_t_min_m <= 0 and self.odom_sigma_t_per_m <= 0:
             raise ValueError("loop.odom_sigma_t_min_m must be > 0")
         if self.loop_robust_kernel not in ROBUST_KERNELS:
             raise ValueError(f"loop.loop_robust_kernel must be one of {ROBUST_KERNELS}, got "
                              f"{self.loop_robust_kernel!r}")
-        for name in ("top_k", "min_valid_pixels", "confirm_max_pending"):
+        for name in ("top_k", "min_valid_pixels", "confirm_max_pending",
+                     "max_verify_per_keyframe"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"loop.{name} must be an integer >= 1, got {v!r}")
