@@ -57,7 +57,8 @@ class BackendFacts:
         c = self.counts
         out = {"loop_keyframes": c.keyframes, "loop_kept": c.kept,
                "loop_candidates": c.candidates, "loop_verified": c.verified,
-               "loop_accepted": c.accepted, "loop_queued": self.queued,
+               "loop_accepted": c.accepted, "loop_closures": self.loops,
+               "loop_queued": self.queued,
                "loop_busy": self.busy, "loop_backlog_max": self.backlog_max,
                "loop_failures": self.failures}
         out.update({f"loop_rejected_{r}": int(c.rejected.get(r, 0)) for r in REJECT_REASONS})

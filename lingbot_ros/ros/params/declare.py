@@ -64,7 +64,7 @@ def build_settings(values: dict) -> Settings:
         raise ValueError(f"parameter {name.group(0)!r}: {exc}" if name
                          and name.group(0) in PARAMS_BY_NAME else
                          f"invalid parameters: {exc}") from exc
-    loop = _config_named("loop", LoopConfig, _known_fields(LoopConfig, fields_of("loop")))
+    loop = _config_named("loop", LoopConfig, fields_of("loop"))
     try:
         node = NodeConfig(**fields_of("node"))
         session = SessionConfig(
@@ -92,13 +92,6 @@ def with_features(session: SessionConfig) -> SessionConfig:
     if "return_features" not in {f.name for f in dataclasses.fields(SessionConfig)}:
         return session
     return dataclasses.replace(session, return_features=True)
-
-
-def _known_fields(cls, values: dict) -> dict:
-    """The ``values`` ``cls`` has fields for: a ``loop.*`` row may come before the back end's
-    field it sets (built side by side, issue 34); it then sets nothing yet."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return {k: v for k, v in values.items() if k in names}
 
 
 def _config_named(prefix: str, cls, values: dict):

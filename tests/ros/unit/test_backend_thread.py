@@ -223,3 +223,50 @@ def test_the_thread_takes_keyframes_offered_from_another_thread():
     drain(thread)  # what the thread left when it stopped
     assert sorted(i for i, _ in made[-1].offered) == list(range(20))
     assert thread.facts().busy == sum(not v for _, v in made[-1].offered)
+
+
+def test_the_real_back_end_through_the_thread_closes_the_loop_and_snapshots():
+    """loop/backend.py's ``LoopBackend`` on tests/loop/backend_scene.py's drifted loop (its
+    pair built from the geometry), through the thread: loops reach ``on_loops`` with a back
+    end whose optimised poses and stored depths rebuild a path and a map, the facts carry
+    its correction, and a snapshot continues in a second thread, bit for bit."""
+    pytest.importorskip("gtsam")
+    from lingbot_ros.loop.backend import LoopBackend
+    from lingbot_ros.loop.config import LoopConfig
+    from lingbot_ros.ros.backend.corrections import corrected_path, rebuild_map
+    from lingbot_ros.ros.tf.frame_chain import FrameChain
+    from tests.loop.backend_scene import Scene
+
+    scene = Scene(revisit=6)
+    config = LoopConfig(min_keyframe_distance_m=0.0, min_age_s=5.0)
+    seen = []
+
+    def on_loops(events, backend, chain, stamps):
+        poses = corrected_path(chain, backend.keyframe_poses(), stamps)
+        points = rebuild_map(backend.keyframe_depths(), chain, 0.05, 10_000)
+        seen.append((events, len(poses), points.num_points))
+
+    made = []
+
+    def make_backend():
+        made.append(LoopBackend(config, scene.pair, window=4))
+        return made[-1]
+    thread = BackendThread(make_backend, lambda kf: kf, queue_size=10_000, log=LOG,
+                           on_loops=on_loops)
+    chain = FrameChain.camera_only("cam", True)
+    for k in range(scene.n):
+        thread.offer(scene.keyframe(k), chain)
+    drain(thread)
+    facts = thread.facts()
+    assert seen and facts.loops == sum(len(e) for e, _, _ in seen) and facts.busy == 0
+    events, n_poses, n_points = seen[0]
+    assert n_poses == events[-1].keyframe_id + 1 and n_points > 0
+    assert not np.allclose(facts.correction, np.eye(4))  # the drift is corrected
+    last = scene.keyframe(scene.n - 1)  # the facts: the back end's map -> odom now
+    np.testing.assert_allclose(facts.correction, made[-1].correction_at(last.T_odom_cam),
+                               atol=1e-12)
+    state = thread.state_dict()
+    other = BackendThread(make_backend, lambda kf: kf, queue_size=2, log=LOG)
+    other.adopt(other.prepare_load(state))
+    np.testing.assert_array_equal(other.facts().correction, facts.correction)
+    assert other.facts().counts.accepted == facts.counts.accepted
