@@ -21,9 +21,13 @@ accuracy:
   across the loop is no larger than its steps elsewhere, while map -> odom is the identity
   before the first loop and equals the loop message's correction after it;
 - ``~/pose`` is map -> odom times odom -> camera at every stamp;
-- ``~/path`` is republished after the loop, with the keyframes before it in corrected poses.
+- ``~/path`` is republished after the loop, with the keyframes before it in corrected poses;
+- ~/save_session then ~/load_session carry the back end: its counts continue; ~/reset
+  starts a fresh one.
 """
 from __future__ import annotations
+
+import time
 
 import numpy as np
 
@@ -188,3 +192,23 @@ def test_a_looped_stream_closes_a_loop_in_map_to_odom_only(tmp_path, ros_env):
                     return got
             return None
         assert probe.wait_until(rewritten, 30, "a ~/path rewritten by the loop")
+
+        # snapshots carry the back end: saved, then loaded, it continues (no "starts anew")
+        probe.wait_until(lambda: probe.counter("loop_keyframes") == len(stamps)
+                         and probe.counter("loop_queued") == 0, 120, "the back end idle")
+        saved = probe.last_diag()
+        response = probe.save_session("loop_snapshot")
+        assert response.success, response.message
+        response = probe.load_session("loop_snapshot")
+        assert response.success, response.message
+        loaded_at = time.monotonic()
+        probe.wait_until(lambda: probe.snapshot("diagnostics")[-1].t > loaded_at + 0.1, 30,
+                         "/diagnostics after the load")
+        diag = probe.last_diag()
+        for key in ("loop_keyframes", "loop_accepted", "loop_closures"):
+            assert diag[key] == saved[key], (key, diag, saved)
+        assert "starts anew" not in node.log()
+        # ~/reset starts a fresh back end
+        assert probe.call("reset").success
+        probe.wait_until(lambda: probe.counter("loop_closures") == 0
+                         and probe.counter("loop_keyframes") == 0, 30, "a fresh back end")
