@@ -239,6 +239,7 @@ class SessionConfig:
     preprocess: PreprocessConfig = PreprocessConfig()
     with_depth: bool = True  # run the depth head on every frame (else only when needed)
     return_depth: bool = True  # copy depth, confidence and the model image into results
+    return_features: bool = False  # copy each frame's DINO patch tokens into results (loop)
     attention_backend: str = "auto"  # auto (flashinfer on CUDA if installed) | torch_ref | flashinfer
     flashinfer_variant: str = "auto"  # auto (fa3 on Hopper, else fa2) | fa2 | fa3
     cuda_graphs: bool = True  # replay streaming steps as CUDA graphs (CUDA + flashinfer only)
@@ -283,7 +284,7 @@ class SessionConfig:
             raise ValueError("keyframes must be a KeyframeConfig")
         if not isinstance(self.preprocess, PreprocessConfig):
             raise ValueError("preprocess must be a PreprocessConfig")
-        for name in ("with_depth", "return_depth", "cuda_graphs"):
+        for name in ("with_depth", "return_depth", "return_features", "cuda_graphs"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.attention_backend not in ATTENTION_BACKENDS:

@@ -10,6 +10,7 @@ Token layout per frame: ``[camera, reg_0 .. reg_{R-1}, scale, patch_0 .. patch_{
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -59,6 +60,14 @@ class GlobalBlock(Block):
         return self.ffn_residual(x, out, fused, next_norm)
 
 
+@dataclass(frozen=True)
+class AggregatorOutputs:
+    """What one aggregator step hands the heads and the stream."""
+
+    layers: list[Tensor]  # the selected layers, each (n, T, 2C): frame- and global-block outputs
+    patch_tokens: Tensor  # (n, h*w, C) the DINO patch tokens, before any frame/global block
+
+
 class Aggregator(nn.Module):
     def __init__(self, config: AggregatorConfig, dino: DinoConfig, patch_size: int) -> None:
         super().__init__()
@@ -102,7 +111,7 @@ class Aggregator(nn.Module):
         scale_tok = self.scale_token[0, 1 - scale]  # (n, 1, C)
         return torch.cat([camera, registers, scale_tok], dim=1)  # (n, S, C)
 
-    def forward(self, images: Tensor, step: StepContext) -> list[Tensor]:
+    def forward(self, images: Tensor, step: StepContext) -> AggregatorOutputs:
         """One streaming step; the backend is already planned for it.
 
         Args:
@@ -112,12 +121,14 @@ class Aggregator(nn.Module):
                 receives each global layer's K/V; ``backend`` attends over the cache
                 storage; ``fused``: fused kernels where they apply.
         Returns:
-            The selected layers, each (n, T, 2C): concat of frame- and global-block outputs.
+            ``AggregatorOutputs``: the selected layers, each (n, T, 2C): concat of frame- and
+            global-block outputs; and the DINO patch tokens (n, h*w, C), which depend on the
+            frame's image only (no attention across frames has touched them yet).
         """
         return run_to_end(self.forward_slices(images, step, slice_dino=False))
 
     def forward_slices(self, images: Tensor, step: StepContext,
-                       slice_dino: bool = True) -> Slices[list[Tensor]]:
+                       slice_dino: bool = True) -> Slices[AggregatorOutputs]:
         """``forward`` cut after each frame and global block, and after each DINO block
         with ``slice_dino`` (else DINO is one module call, which its hooks see)."""
         n, _, height, width = images.shape
@@ -157,7 +168,7 @@ class Aggregator(nn.Module):
             if i in c.selected_layers:
                 selected.append(torch.cat([frame_out, x], dim=-1))  # (n, T, 2C)
             yield
-        return selected
+        return AggregatorOutputs(selected, patches)
 
     def video_rope(self, first_frame: int, num_frames: int,
                    grid_hw: tuple[int, int]) -> VideoRope:

@@ -24,7 +24,7 @@ from torch.profiler import record_function
 
 from ..config import HEAD_PRECISIONS, MLP_PRECISIONS, PRECISIONS, check_positive_int
 from . import qk_fused
-from .aggregator import Aggregator
+from .aggregator import Aggregator, AggregatorOutputs
 from .camera_head import CameraHead
 from .config import GCTConfig
 from .dpt_head import DPTHead, activate_depth, activate_points
@@ -150,34 +150,36 @@ class GCTModel(nn.Module):
         # No autocast: the aggregator runs in its weights' dtype with explicit float32 islands
         # (see ``prepare``), which saves the ~1,000 casts per frame autocast would launch.
         with torch.autocast(images.device.type, enabled=False):
-            raw_layers = self.aggregator(images.float(), step)  # aggregator dtype
+            agg = self.aggregator(images.float(), step)  # aggregator dtype
             image_hw = (images.shape[2], images.shape[3])
-            out, layers = self._pose_outputs(raw_layers, step, image_hw)
-            self._dense_outputs(out, layers, raw_layers, step, image_hw)
+            out, layers = self._pose_outputs(agg, step, image_hw)
+            self._dense_outputs(out, layers, agg.layers, step, image_hw)
         return out
 
     def forward_slices(self, images: Tensor, step: StepContext) -> Slices[dict[str, Tensor]]:
         """``forward`` cut after each DINO, frame and global block and after the camera
         head (``Slices``): the session runs a rollover's anchor step a few slices per
         streaming frame. Resume it with autocast off and without grad, as ``forward`` runs."""
-        raw_layers = yield from self.aggregator.forward_slices(images.float(), step)
+        agg = yield from self.aggregator.forward_slices(images.float(), step)
         image_hw = (images.shape[2], images.shape[3])
-        out, layers = self._pose_outputs(raw_layers, step, image_hw)
+        out, layers = self._pose_outputs(agg, step, image_hw)
         yield
-        self._dense_outputs(out, layers, raw_layers, step, image_hw)
+        self._dense_outputs(out, layers, agg.layers, step, image_hw)
         return out
 
-    def _pose_outputs(self, raw_layers: list[Tensor], step: StepContext,
+    def _pose_outputs(self, agg: AggregatorOutputs, step: StepContext,
                       image_hw: tuple[int, int]) -> tuple[dict[str, Tensor], list[Tensor]]:
-        """The camera head's outputs, and the selected layers in float32 for the heads."""
+        """The camera head's outputs with the DINO patch tokens (as they are: a reference,
+        no kernel), and the selected layers in float32 for the heads."""
         # heads in float32 (a bf16 depth head takes the aggregator's tokens as they are)
-        layers = [t.float() for t in raw_layers]  # each (n, T, 2C)
+        layers = [t.float() for t in agg.layers]  # each (n, T, 2C)
         with record_function("lingbot/camera_head"):
             pose_list = self.camera_head(layers[-1][:, 0], step.camera)
         pose_enc = pose_list[-1]  # (n, 9)
         return dict(pose_enc=pose_enc, pose_enc_list=torch.stack(pose_list),
                     c2w=pose_to_c2w(pose_enc),
-                    intrinsics=pose_to_intrinsics(pose_enc, image_hw)), layers
+                    intrinsics=pose_to_intrinsics(pose_enc, image_hw),
+                    patch_tokens=agg.patch_tokens), layers
 
     def _dense_outputs(self, out: dict, layers: list[Tensor], raw_layers: list[Tensor],
                        step: StepContext, image_hw: tuple[int, int]) -> None:

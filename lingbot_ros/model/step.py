@@ -70,3 +70,6 @@ class StepOutputs:
     depth_conf: Optional[Tensor] = None  # (n, H, W)
     world_points: Optional[Tensor] = None  # (n, H, W, 3) when the point head exists
     world_points_conf: Optional[Tensor] = None  # (n, H, W)
+    # (n, P, C) the DINO patch tokens (P = patches of the H x W grid), aggregator dtype: the
+    # frames' own features before any attention across frames (context-free)
+    patch_tokens: Optional[Tensor] = None

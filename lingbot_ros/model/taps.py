@@ -15,6 +15,8 @@ from typing import Iterator
 import torch
 from torch import Tensor
 
+from .aggregator import AggregatorOutputs
+
 TAP_KEYS = ("dino_patch_tokens", "frame_block0_out", "global_block0_attn_out",
             "global_block0_out", "aggregator_selected_layers")
 
@@ -35,6 +37,8 @@ def record_intermediates(model) -> Iterator[dict[str, Tensor]]:
         def hook(_module, _inputs, output):
             if isinstance(output, tuple):  # a block's (x, next norm of x)
                 output = output[0]
+            if isinstance(output, AggregatorOutputs):
+                output = output.layers
             if isinstance(output, list):  # the aggregator's selected layers
                 output = torch.stack(output)  # (4, n, T, 2C)
             elif reshape_flat:  # (n*T, C) -> (n, T, C)

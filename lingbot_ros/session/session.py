@@ -312,7 +312,7 @@ class StreamingSession:
         outputs, txn = self._runner.step(torch.stack([f.image for f in frames]),
                                          StepKind.KEYFRAME)
         self._readback.start(host_tensors(frames, outputs, self._segments.align,
-                                          self.config.return_depth))
+                                          self.config))
         host = self._readback.wait()
         # Anchors that gave no usable pose are dropped: the next frames collect new ones.
         failed = self._check_finite(host, txn, f"anchor frames {frames[0].index}-"
@@ -341,7 +341,7 @@ class StreamingSession:
                                          with_depth=self._needs_depth(with_depth))
         try:
             self._readback.start(host_tensors([frame], outputs, self._segments.align,
-                                              self.config.return_depth))
+                                              self.config))
         except Exception:
             txn.rollback()
             raise

@@ -51,7 +51,7 @@ _TENSOR = "__tensor__"  # a reference to a tensor file's entry, in the manifest'
 # taken with one value restores with another (e.g. saved on a GPU, restored on the CPU).
 _RUN_ONLY = ("device", "attention_backend", "flashinfer_variant", "cuda_graphs", "kv_splits",
              "fused_kernels", "fused_kernels_off", "max_cache_bytes", "with_depth",
-             "return_depth", "preprocess")
+             "return_depth", "return_features", "preprocess")
 
 
 @dataclass

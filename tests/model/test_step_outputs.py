@@ -27,6 +27,7 @@ def test_phase_one_outputs_and_recorded_intermediates(tiny_model, frames):
     assert debug["global_block0_attn_out"].shape == (2, 94, 128)
     assert debug["global_block0_out"].shape == (2, 94, 128)
     assert debug["dino_patch_tokens"].shape == (2, 88, 128)
+    assert torch.equal(out.patch_tokens, debug["dino_patch_tokens"])  # handed out as computed
     # the hooks are gone: the next step records nothing
     out, txn = runner.step(frames[2:3], KEY)
     txn.commit()

@@ -19,7 +19,8 @@ from tests.session.micro_model import micro_model
 from tests.session.runners import make_runner
 
 NSF, WINDOW, HW = 2, 3, (42, 56)
-OUTPUT_KEYS = ("pose_enc", "pose_enc_list", "c2w", "intrinsics", "depth", "depth_conf")
+OUTPUT_KEYS = ("pose_enc", "pose_enc_list", "c2w", "intrinsics", "depth", "depth_conf",
+               "patch_tokens")
 KEY, SPEC = StepKind.KEYFRAME, StepKind.SPECULATIVE
 
 

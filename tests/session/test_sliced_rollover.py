@@ -53,7 +53,7 @@ def test_a_sliced_forward_drained_at_once_is_the_plain_forward():
         outs.append(run_to_end(runner.run_slices(images, txn)) if sliced
                     else runner.run(images, txn))
         txn.commit()
-    for name in ("pose_enc", "c2w", "depth", "depth_conf"):
+    for name in ("pose_enc", "c2w", "depth", "depth_conf", "patch_tokens"):
         assert torch.equal(getattr(outs[0], name), getattr(outs[1], name)), name
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from lingbot_ros.tools.synthetic.render import render_sequence
-from lingbot_ros.tools.synthetic.writers import write_bag, write_tum_rgbd
+from lingbot_ros.tools.synthetic.writers import write_bag, write_kitti, write_tum_rgbd
 
 RAY = Path(sys.executable).with_name("ray")
 GCS_PORT = 46379  # the namespace has its own ports: nothing else listens there
@@ -452,6 +452,40 @@ def test_a_bad_address_or_too_few_gpus_fail_before_any_work(cluster, sequences, 
                            "--workers", "3")
     assert rc == 2 and "holds 2 worker(s) of 1 GPU and 1 CPU per worker, 3 asked" in log, log
     assert not [p for p in out.iterdir() if p.name != ".fleet"]  # no unit, no table
+
+
+def test_the_benchmark_with_loop_closure_on_the_cluster(cluster, tmp_path):
+    """--benchmark lingbot-map --loop-closure on two workers: each unit runs with its
+    dataset's declared settings and the option on its worker (the worker reads its folder
+    for the back end's files: its loop_closure entry says what it found), the manifest lists
+    every file each unit's folder holds (trajectory_optimized.tum and loops.json when the
+    offline runner writes them), and the tables equal the local run's."""
+    root = tmp_path / "data"
+    write_tum_rgbd(render_sequence(9, 80, 60, seed=1),
+                   root / "tum_rgbd" / "rgbd_dataset_freiburg1_xyz")
+    write_kitti(render_sequence(9, 80, 60, seed=3), root / "kitti", "04")
+    args = ["--benchmark", "lingbot-map", "--data-root", root, "--loop-closure",
+            "--no-progress"]
+    local = tmp_path / "local"
+    local_eval(*args, "--out", local, check_rc=0)
+    out = tmp_path / "eval"
+    _, log = cluster.eval(*args, "--out", out, "--gpus-per-worker", "1", check_rc=0)
+    assert "| KITTI (504x280) | 1/11 | 504x280 | 1 |" in log and "| 24.046 |" in log
+    assert "ATE ours + loops" in log and "sequences missing under" in log
+    assert (out / "benchmark.md").read_text() == (local / "benchmark.md").read_text()
+    assert_same_results(out, local)
+    manifest = json.loads((out / "manifest.json").read_text())["units"]
+    results = json.loads((out / "results.json").read_text())
+    assert [r["sequence"] for r in results] == ["tum_rgbd_fr1_xyz",
+                                                "kitti_04"]
+    for result in results:
+        unit = f"{result['sequence']}/{result['policy']}"
+        on_disk = {p.name for p in (out / unit).iterdir()}
+        assert set(manifest[unit]["files"]) == on_disk
+        assert result["summary"]["loop_closure"] is not None  # computed on the worker
+        assert ["stride", 1] in manifest[unit]["overrides"]
+    kitti = results[1]["summary"]["settings"]
+    assert kitti["input_size_hw"] == [280, 504] and kitti["scale_frames"] == 8
 
 
 def test_resume_without_ray_redoes_only_missing_or_changed_units(sequences, local_run,

@@ -231,3 +231,21 @@ def test_open_source_dispatch(seq, tmp_path):
         open_source(tmp_path / "missing")
     with pytest.raises(FileNotFoundError):
         list_image_topics(tmp_path / "missing_bag")
+
+
+def test_strided_takes_every_nth_frame_from_the_first(tmp_path):
+    from lingbot_ros.tools.sources.frame import Strided
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for i in range(7):
+        cv2.imwrite(str(folder / f"{i:03d}.png"), np.full((4, 6, 3), 10 * i, np.uint8))
+    source = open_source(folder, fps=10.0)
+    strided = Strided(source, 3)
+    frames = list(strided)
+    assert len(strided) == 3 == len(frames)  # frames 0, 3, 6
+    assert [int(f.image[0, 0, 0]) for f in frames] == [0, 30, 60]
+    assert [f.stamp_ns for f in frames] == [0, 300_000_000, 600_000_000]
+    assert strided.stats is source.stats and strided.stats.yielded == 7
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="stride must be an integer >= 1"):
+            Strided(source, bad)

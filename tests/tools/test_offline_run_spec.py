@@ -82,3 +82,14 @@ def test_a_fleet_unit_drops_a_snapshot_it_cannot_resume(tmp_path, bag):
     assert result.status == "error"
     assert result.error.startswith("CannotResume: --resume"), result.error
     assert not folder.exists()
+
+
+def test_the_back_ends_options_reach_every_unit(bag):
+    settings = run_settings(eval_args([str(bag), "--loop-closure", "--loop-param", "top_k=1",
+                                       "--loop-param", "min_age_s=3", "--localize-in",
+                                       "/maps/office", *FAST]))
+    unit = unit_run(settings, "all", input=str(bag), out="o")
+    assert unit.loop_closure is True
+    assert unit.loop_param == ("top_k=1", "min_age_s=3")
+    assert unit.localize_in == "/maps/office" and unit.save_map is None
+    assert "reoptimize" not in settings  # the offline CLI's other mode, not a unit setting

@@ -3,6 +3,8 @@
     lingbot-ros-eval SEQ [SEQ ...] [--policies all,every_n,flow] [--out eval_out]
                      [--checkpoint W.pt] [--device cuda] [offline options]
                      [--ray ADDRESS [--gpus-per-worker 1] [--workers N]] [--resume]
+                     [--loop-closure]
+    lingbot-ros-eval --benchmark lingbot-map --data-root ROOT [--loop-closure] [...]
 
 Each sequence (a dataset folder, image folder, video or bag; its ground truth as
 ``lingbot-ros-offline`` finds it) runs once per policy -- a work unit -- through a fresh
@@ -22,6 +24,12 @@ path) whose first frames have the same fingerprint (pixels and stamps), and whos
 still match their digests. The numbers are the same either way. Unit snapshots
 (``--snapshot-every``) are keyed by that fingerprint; a run without ``--resume`` removes
 the ones an earlier run left.
+
+``--loop-closure`` runs each unit with the back end (``lingbot-ros-offline --loop-closure``)
+and adds columns: the optimised trajectory's ATE / RPE beside the front end's, and the loops
+accepted (tools/eval/loop_columns.py). ``--benchmark lingbot-map`` runs upstream
+LingBot-Map's benchmark protocol on the datasets under ``--data-root`` and prints our numbers
+beside its published ones (tools/eval/benchmark.py; also ``OUT/benchmark.md``).
 """
 from __future__ import annotations
 
@@ -39,12 +47,14 @@ from ...geometry import write_atomic
 from ..offline.cli import (RANDOM_WEIGHTS_NOTICE, add_input_args, add_model_args,
                       check_options, load_model)
 from ..offline.cli import parse_args as offline_args
-from ..offline.outputs import EXIT_INTERRUPTED, OFFLINE_FILES
+from ..offline.outputs import EXIT_INTERRUPTED
 from ..offline.scale_args import add_scale_args
 from ..out_folder import OurFile, check_our_folder, check_out_folder
 from .fleet import (Manifest, OutputTree, UnitProgress, execute_unit, input_fingerprint,
                     plan_units, run_settings, settings_digest, unit_run, worker_table)
 from .fleet.manifest import FORMAT as MANIFEST_FORMAT, MANIFEST
+from .loop_columns import LOOP_COLUMNS, loop_row, unit_files
+from .benchmark import BENCHMARKS, benchmark_rows, benchmark_table, plan_benchmark
 
 log = logging.getLogger("lingbot_ros.eval")
 
@@ -65,14 +75,31 @@ EVAL_FILES = (
     OurFile("table.md", b"| sequence | policy |"), OurFile("table.csv", b"sequence,policy,"),
     OurFile("results.json", b'[\n  {\n    "sequence": '),
     OurFile("workers.json", b'[\n  {\n    "worker": '),
+    OurFile("benchmark.md", b"| dataset | sequences run |"),
     OurFile(MANIFEST, b"{", b'"' + MANIFEST_FORMAT.rsplit("/", 1)[0].encode() + b"/"))
 
 
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="lingbot-ros-eval", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("sequences", nargs="+", help="dataset sequences, image folders, videos or "
-                   "bags")
+    p.add_argument("sequences", nargs="*", help="dataset sequences, image folders, videos or "
+                   "bags (or --benchmark)")
+    p.add_argument("--benchmark", choices=tuple(BENCHMARKS),
+                   help="a published benchmark's protocol: its datasets' sequences (under "
+                   "--data-root), widths, strides and keyframe settings; prints our numbers "
+                   "beside the published ones")
+    p.add_argument("--data-root", help="--benchmark: the folder holding the datasets "
+                   "(tum_rgbd/, seven_scenes/, kitti/; docs/evaluation.md)")
+    p.add_argument("--loop-closure", action="store_true",
+                   help="run each unit with the loop-closure back end; adds the optimised "
+                   "trajectory's ATE/RPE and the loops accepted")
+    p.add_argument("--loop-param", action="append", default=[], metavar="NAME=VALUE",
+                   help="with --loop-closure or --localize-in: a loop.* setting of every "
+                   "unit (lingbot-ros-offline --loop-param); repeatable")
+    p.add_argument("--localize-in", metavar="MAP",
+                   help="relocalize every unit in this stored place map (a path every "
+                   "worker sees; needs a metric --scale): each unit writes "
+                   "localization.json and, once localized, trajectory_in_map.tum")
     p.add_argument("--policies", default="all,every_n,flow",
                    help=f"comma-separated keyframe policies, of {', '.join(KEYFRAME_POLICIES)}")
     p.add_argument("--out", default="eval_out", help="output folder")
@@ -106,6 +133,10 @@ def parse_args(argv):
                    help="skip the units OUT/manifest.json lists as finished with the same "
                    "settings and whose files match their digests; redo the others")
     args = p.parse_args(argv)
+    if bool(args.benchmark) == bool(args.sequences):
+        p.error("give sequences or --benchmark (not both)")
+    if args.benchmark and not args.data_root:
+        p.error("--benchmark needs --data-root")
     if args.snapshot_every < 0:
         p.error("--snapshot-every must be >= 0")
     if args.ray is None and (args.workers is not None or args.gpus_per_worker is not None):
@@ -140,6 +171,11 @@ def row_of(sequence: str, policy: str, summary: dict) -> dict:
     """The table's row of one run's summary (the offline runner's summary.json); its note
     starts with the input's early end (a truncated bag) when it had one."""
     row = _row_of(sequence, policy, summary)
+    extra = loop_row(summary)
+    note = extra.pop("error", None)
+    row.update(extra)
+    if note:
+        row["error"] = "; ".join(x for x in (row.get("error"), note) if x)
     if summary.get("input_ended_early"):
         row["error"] = "; ".join(x for x in (f"input ended early: "
                                              f"{summary['input_ended_early']}", row["error"])
@@ -182,21 +218,29 @@ def _cell(value) -> str:
     return str(value)
 
 
-def markdown_table(rows: list[dict]) -> str:
-    lines = ["| " + " | ".join(h for _, h in COLUMNS) + " |",
-             "|" + "|".join("---" for _ in COLUMNS) + "|"]
+def table_columns(loop_closure: bool = False) -> tuple:
+    """The table's columns; with loop closure its four after the front end's RPE."""
+    if not loop_closure:
+        return COLUMNS
+    at = [k for k, _ in COLUMNS].index("worker")
+    return COLUMNS[:at] + LOOP_COLUMNS + COLUMNS[at:]
+
+
+def markdown_table(rows: list[dict], columns=COLUMNS) -> str:
+    lines = ["| " + " | ".join(h for _, h in columns) + " |",
+             "|" + "|".join("---" for _ in columns) + "|"]
     for row in rows:
         lines.append("| " + " | ".join(_cell(row.get(k)).replace("|", "\\|")
-                                       for k, _ in COLUMNS) + " |")
+                                       for k, _ in columns) + " |")
     return "\n".join(lines) + "\n"
 
 
-def csv_table(rows: list[dict]) -> str:
+def csv_table(rows: list[dict], columns=COLUMNS) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow([k for k, _ in COLUMNS])
+    writer.writerow([k for k, _ in columns])
     for row in rows:
-        writer.writerow([row.get(k, "") if row.get(k) is not None else "" for k, _ in COLUMNS])
+        writer.writerow([row.get(k, "") if row.get(k) is not None else "" for k, _ in columns])
     return buf.getvalue()
 
 
@@ -208,9 +252,25 @@ def main(argv=None) -> int:
     args.sequences = [os.path.abspath(s) for s in args.sequences]
     out = Path(os.path.abspath(args.out))
     settings = run_settings(args)
+    args.planned = None
+    if args.benchmark:
+        planned, missing = plan_benchmark(args.benchmark, args.data_root, settings)
+        for line in missing:
+            log.warning("%s", line)
+        if not planned:
+            log.error("--benchmark %s: no dataset found under %s", args.benchmark,
+                      args.data_root)
+            return 2
+        args.planned = planned
+        args.sequences = [p.path for p in planned]
+        names, policies = [p.name for p in planned], [[p.policy] for p in planned]
+        overrides = [p.overrides for p in planned]
+    else:
+        names, policies = sequence_names(args.sequences), args.policies
+        overrides = None
     fingerprints = {s: input_fingerprint(s, settings) for s in dict.fromkeys(args.sequences)}
-    units = plan_units(args.sequences, sequence_names(args.sequences), args.policies,
-                       args.snapshot_every, [fingerprints[s] for s in args.sequences])
+    units = plan_units(args.sequences, names, policies, args.snapshot_every,
+                       [fingerprints[s] for s in args.sequences], overrides)
     tree = OutputTree(out)
     try:
         check_options(args)
@@ -237,7 +297,7 @@ def check_eval_out(out, units) -> None:
     (one line) otherwise."""
     check_out_folder(out, EVAL_FILES)
     for unit in units:
-        check_our_folder(out, unit.key, OFFLINE_FILES)
+        check_our_folder(out, unit.key, unit_files())
 
 
 def _run_all(args, units, settings, tree) -> int:
@@ -315,10 +375,12 @@ def _run_all(args, units, settings, tree) -> int:
         rows.append(row)
         table_results.append({"sequence": unit.name, "policy": unit.policy, "worker": worker,
                               "attempts": attempts, "summary": summary})
-    table = markdown_table(rows)
+    columns = table_columns(bool(args.loop_closure))
+    table = markdown_table(rows, columns)
     ours = {spec.name: spec.begins for spec in EVAL_FILES}  # replaced only if ours
     write_atomic(out / "table.md", table.encode(), replaces=ours["table.md"])
-    write_atomic(out / "table.csv", csv_table(rows).encode(), replaces=ours["table.csv"])
+    write_atomic(out / "table.csv", csv_table(rows, columns).encode(),
+                 replaces=ours["table.csv"])
     write_atomic(out / "results.json",
                  (json.dumps(table_results, indent=2, default=str) + "\n").encode(),
                  replaces=ours["results.json"])
@@ -328,6 +390,12 @@ def _run_all(args, units, settings, tree) -> int:
                                                        indent=2) + "\n").encode(),
                      replaces=ours["workers.json"])
         print(worker_table(stats), end="")
+    if args.planned:
+        bench = benchmark_table(benchmark_rows(args.benchmark, args.planned,
+                                               {r["sequence"]: r for r in rows}),
+                                bool(args.loop_closure))
+        write_atomic(out / "benchmark.md", bench.encode(), replaces=ours["benchmark.md"])
+        print(bench, end="")
     print(f"written: {out / 'table.md'}, {out / 'table.csv'}, {out / 'results.json'}")
     if not settings.get("checkpoint"):
         log.warning(RANDOM_WEIGHTS_NOTICE)

@@ -42,15 +42,17 @@ from ...config import (ATTENTION_BACKENDS, FLASHINFER_VARIANTS, HEAD_PRECISIONS,
                       SessionConfig)
 from ...geometry import VoxelMap, frame_points, read_tum, write_atomic, write_ply, write_tum
 from ...scale import ScaleConfig
-from ...session import (PRESETS, FrameRejected, SessionInfo, StreamingSession,
+from ...session import (PRESETS, FrameRejected, StreamingSession,
                        load_session_model)
 from ..metrics.trajectory import evaluate
 from ..out_folder import check_out_folder
 from ..sources.datasets import FORMATS, open_dataset
+from ..sources.frame import Strided
 from .outputs import (EXIT_ENDED_EARLY, EXIT_FAILED, EXIT_INTERRUPTED, SUMMARY_BEGINS,
                               SUMMARY_FORMAT, RunState, checkpoint_identity, planned_outputs,
-                              stamp_range)
+                              settings_of, stamp_range)
 from .run_spec import OfflineRun
+from .loop_run import OfflineLoop, add_loop_args, check_loop_options, reoptimize
 from .save_resume import OfflineSnapshots, add_snapshot_args
 from .scale_args import (OfflineScale, add_scale_args, parse_scale, parse_scale_params,
                             scale_config)
@@ -79,6 +81,8 @@ def add_input_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fps", type=float, default=30.0,
                    help="frame rate for stamps where the input has none (folders of "
                    "frame_001.png, 7-Scenes, videos without timestamps)")
+    p.add_argument("--stride", type=int, default=1, help="run every N-th frame of the input "
+                   "(the first, then every N on; a benchmark's frame sampling)")
     p.add_argument("--topic", help="image topic of a bag (default: the only image topic)")
     p.add_argument("--gt", help="ground-truth TUM file of the camera (default: the dataset's "
                    "own, when it has one)")
@@ -157,11 +161,14 @@ def parse_args(argv):
                    "time, keyframes marked (needs matplotlib)")
     add_scale_args(p)
     add_snapshot_args(p)
+    add_loop_args(p)
     return p.parse_args(argv)
 
 
 def session_config(args, return_depth: Optional[bool] = None) -> SessionConfig:
-    """``return_depth``: the results carry the predicted depth (default: for ``--ply``)."""
+    """``return_depth``: the results carry the predicted depth (default: for ``--ply``);
+    ``--loop-closure`` adds the depth and the patch features the back end keeps."""
+    loop = getattr(args, "loop_closure", False) or bool(getattr(args, "localize_in", None))
     return SessionConfig(
         num_scale_frames=args.scale_frames, window=args.window,
         rollover_keyframes=args.rollover or None,
@@ -170,7 +177,8 @@ def session_config(args, return_depth: Optional[bool] = None) -> SessionConfig:
                                  flow_threshold=args.flow_threshold, max_gap=args.max_gap),
         preprocess=PreprocessConfig(width=args.width, height=args.height),
         with_depth=True,
-        return_depth=getattr(args, "ply", False) if return_depth is None else return_depth,
+        return_depth=(getattr(args, "ply", False) if return_depth is None else return_depth)
+        or loop, return_features=loop,
         attention_backend=args.backend, flashinfer_variant=args.variant, device=args.device)
 
 
@@ -189,6 +197,9 @@ def check_options(args) -> None:
         require_matplotlib()
     if args.gt and not Path(args.gt).is_file():
         raise FileNotFoundError(f"--gt {args.gt} does not exist")
+    if getattr(args, "stride", 1) < 1:
+        raise ValueError(f"--stride must be >= 1, got {args.stride}")
+    check_loop_options(args)
     choice = parse_scale(getattr(args, "scale", "none") or "none")
     ScaleConfig(source=choice.source, factor=choice.factor or 1.0,  # checks the values
                 **parse_scale_params(getattr(args, "scale_param", None)))
@@ -247,9 +258,11 @@ def run(args: OfflineRun, model=None, state: Optional[RunState] = None) -> dict:
     log.info("%s", dataset.description)
     scale = OfflineScale(scale_config(args, dataset), dataset.depth, args.min_conf)
     config = session_config(args, args.ply or scale.needs_depth)
-    source = dataset.source
+    source = dataset.source if args.stride == 1 else Strided(dataset.source, args.stride)
     model, random_weights = model or load_model(args)
     session = StreamingSession(model, config)
+    backend = (OfflineLoop(args, config, lambda c: StreamingSession(model, c))
+               if args.loop_closure or args.localize_in else None)
     snaps = OfflineSnapshots(args, session, points, scale)  # --resume, --save-session
     total = source_total(source)
     if args.max_frames is not None:
@@ -278,6 +291,8 @@ def run(args: OfflineRun, model=None, state: Optional[RunState] = None) -> dict:
             keyframe_flags.append(r.keyframe)
             if points is not None and r.keyframe:
                 points.add(*frame_points(r, args.ply_stride, args.min_conf))
+            if backend is not None:
+                backend.feed(r, scale)
         cache = session.info().stream.cache
         if cache:
             for key in peak:
@@ -324,7 +339,7 @@ def run(args: OfflineRun, model=None, state: Optional[RunState] = None) -> dict:
         log.warning("%s", summary["scale"]["note"])
     elif scale.factor is not None:
         log.info("%s", header[1])
-    poses = scale.poses(poses)
+    model_poses, poses = poses, scale.poses(poses)
     summary["outputs"]["trajectory"] = str(write_tum(out / "trajectory.tum", stamps, poses,
                                                      frame=TRAJECTORY_FRAME, header=header))
     state.written.append("trajectory.tum")
@@ -337,6 +352,11 @@ def run(args: OfflineRun, model=None, state: Optional[RunState] = None) -> dict:
         summary["evaluation"] = evaluate(stamps, poses, gt[0], gt[1],
                                          max_diff_ns=round(args.max_diff * 1e9),
                                          offset_ns=round(args.offset * 1e9), metric=metric)
+    if backend is not None:
+        summary["loop_closure"] = backend.write(
+            out, stamps, model_poses, scale, gt, dict(max_diff_ns=round(args.max_diff * 1e9),
+                                                      offset_ns=round(args.offset * 1e9),
+                                                      metric=metric), state.written)
     if points is not None:
         xyz, rgb = points.arrays()
         xyz = scale.points(xyz)
@@ -378,29 +398,12 @@ def _ground_truth(args, dataset):
     return dataset.ground_truth
 
 
-def settings_of(args, config: SessionConfig, info: SessionInfo) -> dict:
-    """Everything that decides the numbers of a run."""
-    kf = config.keyframes
-    stream = info.stream
-    return {"input_size_hw": info.model_hw, "width": args.width, "height": args.height,
-            "window": config.window, "scale_frames": config.num_scale_frames,
-            "keyframes": {"policy": kf.policy, "n": kf.n, "flow_threshold": kf.flow_threshold,
-                          "max_gap": kf.max_gap},
-            "rollover_keyframes": config.rollover_keyframes,
-            "rollover_mode": config.rollover_mode,
-            "rollover_slices_per_frame": config.rollover_slices_per_frame,
-            "device": config.device,
-            "attention": stream.attention, "fast_path": stream.fast_path,
-            "fused_kernels": stream.fused_kernels,
-            "fused_kernel_names": list(stream.fused_kernel_names or []),
-            "camera_head_precision": args.camera_head_precision, "max_diff_s": args.max_diff,
-            "offset_s": args.offset, "scale": args.scale,
-            "scale_params": list(args.scale_param), "depth_topic": args.depth_topic}
-
-
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args = OfflineRun.from_namespace(parse_args(argv))
+    ns = parse_args(argv)
+    if ns.reoptimize:
+        return _reoptimize(ns)
+    args = OfflineRun.from_namespace(ns)
     state = RunState(args.out)
     try:
         summary = run(args, state=state)
@@ -423,6 +426,17 @@ def main(argv=None) -> int:
         log.error("the input ended early: %s; the outputs cover the %d frames read",
                   summary["input_ended_early"], summary["frames_read"])
         return EXIT_ENDED_EARLY
+    return 0
+
+
+def _reoptimize(ns) -> int:
+    try:
+        doc = reoptimize(ns.input, ns.loop_param, round(ns.max_diff * 1e9),
+                         round(ns.offset * 1e9))
+    except (OSError, ValueError, RuntimeError) as exc:
+        log.error("--reoptimize %s: %s", ns.input, _one_line(exc))
+        return EXIT_FAILED
+    print(json.dumps({k: doc.get(k) for k in ("keyframes", "loops", "ate_ratio", "outputs")}))
     return 0
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
@@ -31,8 +31,12 @@ from ...geometry import PLY_HEADER, TUM_HEADER
 from ..metrics.plot import PNG_SOFTWARE
 from ..out_folder import OurFile
 
+if TYPE_CHECKING:  # pragma: no cover -- annotations only
+    from ...config import SessionConfig
+    from ...session import SessionInfo
+
 __all__ = ["SUMMARY_FORMAT", "SUMMARY_BEGINS", "OFFLINE_FILES", "planned_outputs",
-           "checkpoint_identity", "stamp_range", "RunState", "EXIT_FAILED",
+           "checkpoint_identity", "stamp_range", "settings_of", "RunState", "EXIT_FAILED",
            "EXIT_ENDED_EARLY", "EXIT_INTERRUPTED"]
 
 EXIT_FAILED = 2
@@ -52,6 +56,13 @@ OFFLINE_FILES = {
     "trajectory.png": OurFile("trajectory.png", b"\x89PNG\r\n\x1a\n",
                               b"Software\x00" + PNG_SOFTWARE.encode("ascii")),
     "summary.json": OurFile("summary.json", SUMMARY_BEGINS),
+    # --loop-closure (tools/offline/loop_run.py)
+    "trajectory_optimized.tum": OurFile("trajectory_optimized.tum", _TUM),
+    "loops.json": OurFile("loops.json", b'{\n  "format": "lingbot_ros_loops"'),
+    "loop_graph.json": OurFile("loop_graph.json", b'{\n  "format": "lingbot_ros_loop_graph"'),
+    "trajectory_in_map.tum": OurFile("trajectory_in_map.tum", _TUM),
+    "localization.json": OurFile("localization.json",
+                                 b'{\n  "format": "lingbot_ros_localization"'),
 }
 
 
@@ -63,6 +74,10 @@ def planned_outputs(args) -> list[OurFile]:
         names.append("points.ply")
     if getattr(args, "plot", False):
         names.append("trajectory.png")
+    if getattr(args, "loop_closure", False):
+        names += ["trajectory_optimized.tum", "loops.json", "loop_graph.json"]
+    if getattr(args, "localize_in", None):
+        names += ["trajectory_in_map.tum", "localization.json"]
     return [OFFLINE_FILES[n] for n in names]
 
 
@@ -150,3 +165,26 @@ def stamp_range(stamps: np.ndarray) -> dict:
         return {"first_s": None, "last_s": None, "duration_s": 0.0}
     return {"first_s": int(stamps[0]) / 1e9, "last_s": int(stamps[-1]) / 1e9,
             "duration_s": (int(stamps[-1]) - int(stamps[0])) / 1e9}
+
+
+def settings_of(args, config: SessionConfig, info: SessionInfo) -> dict:
+    """Everything that decides the numbers of a run."""
+    kf = config.keyframes
+    stream = info.stream
+    return {"input_size_hw": info.model_hw, "width": args.width, "height": args.height,
+            "window": config.window, "scale_frames": config.num_scale_frames,
+            "keyframes": {"policy": kf.policy, "n": kf.n, "flow_threshold": kf.flow_threshold,
+                          "max_gap": kf.max_gap},
+            "rollover_keyframes": config.rollover_keyframes,
+            "rollover_mode": config.rollover_mode,
+            "rollover_slices_per_frame": config.rollover_slices_per_frame,
+            "device": config.device,
+            "attention": stream.attention, "fast_path": stream.fast_path,
+            "fused_kernels": stream.fused_kernels,
+            "fused_kernel_names": list(stream.fused_kernel_names or []),
+            "camera_head_precision": args.camera_head_precision, "max_diff_s": args.max_diff,
+            "offset_s": args.offset, "scale": args.scale,
+            "scale_params": list(args.scale_param), "depth_topic": args.depth_topic,
+            "stride": getattr(args, "stride", 1),
+            "loop_closure": getattr(args, "loop_closure", False),
+            "loop_params": list(getattr(args, "loop_param", ()))}

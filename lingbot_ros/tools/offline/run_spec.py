@@ -10,7 +10,7 @@ message.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Optional
 
 __all__ = ["OfflineRun", "OfflineRunError", "BadRunOptions", "CannotResume"]
@@ -80,12 +80,23 @@ class OfflineRun:
     save_session: Optional[str]
     snapshot_every: int
     resume: Optional[str]
+    # every N-th input frame (--stride); a default, so runs built without it read every one
+    stride: int = 1
+    # the back end (tools/offline/loop_run.py): --loop-closure (trajectory_optimized.tum,
+    # loops.json, loop_graph.json; lingbot-ros-eval passes it to every unit), --loop-param,
+    # --save-map, --localize-in
+    loop_closure: bool = False
+    loop_param: tuple = ()
+    save_map: Optional[str] = None
+    localize_in: Optional[str] = None
 
     @classmethod
     def from_namespace(cls, args) -> "OfflineRun":
         """The run ``lingbot-ros-offline``'s parsed arguments describe."""
-        values = {f.name: getattr(args, f.name) for f in fields(cls)}
+        values = {f.name: getattr(args, f.name) if f.default is MISSING
+                  else getattr(args, f.name, f.default) for f in fields(cls)}
         values["scale_param"] = tuple(values["scale_param"] or ())
+        values["loop_param"] = tuple(values["loop_param"] or ())
         return cls(**values)
 
     @classmethod
@@ -99,4 +110,5 @@ class OfflineRun:
                       no_progress=no_progress, save_session=save_session,
                       snapshot_every=snapshot_every, resume=resume)
         values["scale_param"] = tuple(values.get("scale_param") or ())
+        values["loop_param"] = tuple(values.get("loop_param") or ())
         return cls(**values)

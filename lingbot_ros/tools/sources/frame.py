@@ -27,8 +27,8 @@ from ...image_decode import ImageRejected, opencv_encoding, require_cv2
 from ...image_header import decode_compressed
 
 __all__ = ["FrameSource", "MAX_IMAGE_PIXELS", "PathLike", "SKIP_REASONS", "SkippedFrame",
-           "SourceFrame", "SourceStats", "check_container", "cv_encoding", "decode_bytes",
-           "require_cv2"]
+           "SourceFrame", "SourceStats", "Strided", "check_container", "cv_encoding",
+           "decode_bytes", "require_cv2"]
 
 log = logging.getLogger("lingbot_ros.frame_sources")
 
@@ -162,3 +162,31 @@ def check_container(data: bytes, what: str) -> None:
     elif data[:2] == b"\xff\xd8":
         if b"\xff\xd9" not in data[-16:]:
             raise SkippedFrame("corrupt", f"{what}: truncated JPEG (no end-of-image marker)")
+
+
+class Strided:
+    """Every ``stride``-th frame of ``source`` (the first, then each ``stride`` frames it
+    yields on: ``--stride``, the benchmarks' frame sampling, e.g. 7-Scenes at 5). Its
+    length (the progress total) is the source's divided, rounded up; its ``stats`` and
+    ``ended_early`` are the source's (the frames left out are not skips)."""
+
+    def __init__(self, source, stride: int):
+        if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
+            raise ValueError(f"stride must be an integer >= 1, got {stride!r}")
+        self.source, self.stride = source, stride
+
+    def __iter__(self):
+        for i, frame in enumerate(self.source):
+            if i % self.stride == 0:
+                yield frame
+
+    def __len__(self) -> int:
+        return -(-len(self.source) // self.stride)  # ceil: TypeError when it has no length
+
+    @property
+    def frame_count(self) -> Optional[int]:
+        count = getattr(self.source, "frame_count", None)
+        return -(-count // self.stride) if count else None
+
+    def __getattr__(self, name):  # stats, ended_early, ...: the source's own
+        return getattr(self.source, name)

@@ -16,7 +16,9 @@ imported only by the writers that need them.
 
 CLI: ``python -m lingbot_ros.tools.synthetic.render OUT_DIR [--frames N] [--width W] [--height H]
 [--formats folder,video,sqlite3,mcap,tum_rgbd]``. ``write_tum_rgbd`` writes the TUM RGB-D
-layout (its ground truth in the room's world, at its own 100 Hz clock, as a dataset has it).
+layout (its ground truth in the room's world, at its own 100 Hz clock, as a dataset has it);
+``write_seven_scenes`` and ``write_kitti`` the 7-Scenes and KITTI odometry layouts (the
+benchmark's tests lay the room out as each dataset).
 
 Aligned depth (for ``scale.source: depth`` / ``--scale depth``): the renderer's metric
 z-depth, registered to the colour image by construction, is written as a TUM ``depth/``
@@ -41,7 +43,8 @@ from ..sources.datasets.depth import TUM_DEPTH_FACTOR
 from .sequence import SyntheticSequence
 
 __all__ = ["Written", "gt_path_for", "write_gt_tum", "write_image_folder", "write_video",
-           "write_bag", "write_tum_rgbd", "depth_to_u16", "DEFAULT_DEPTH_TOPIC",
+           "write_bag", "write_tum_rgbd", "write_seven_scenes", "write_kitti",
+           "depth_to_u16", "DEFAULT_DEPTH_TOPIC",
            "TUM_DEPTH_FACTOR"]
 
 PathLike = Union[str, Path]
@@ -251,3 +254,47 @@ def write_bag(seq: SyntheticSequence, path: PathLike, storage: str = "sqlite3",
                 writer.write(info_conn, stamp, ts.serialize_cdr(imsg, imsg.__msgtype__))
     gt = write_gt_tum(seq, gt_path_for(path), seq.stamps_ns, gt_frame)
     return Written(path, gt, len(seq))
+
+
+def write_seven_scenes(seq: SyntheticSequence, folder: PathLike) -> Written:
+    """The 7-Scenes layout of one sequence (``<scene>/seq-NN/``): ``frame-NNNNNN.color.png``,
+    ``frame-NNNNNN.pose.txt`` (4x4 camera-to-world, the room's world) and
+    ``frame-NNNNNN.depth.png`` (16-bit millimetres, 65535 = no reading). No stamps: a reader
+    takes ``i / fps``. ``Written.gt_path`` is the first pose file."""
+    cv2 = require_cv2("this writer")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, (img, depth, pose) in enumerate(zip(seq.images, seq.depths, seq.c2w)):
+        stem = folder / f"frame-{i:06d}"
+        mm = np.where(np.isfinite(depth) & (depth > 0), np.round(depth * 1000.0), 65535)
+        if not (cv2.imwrite(f"{stem}.color.png", np.ascontiguousarray(img[..., ::-1])) and
+                cv2.imwrite(f"{stem}.depth.png", np.clip(mm, 0, 65535).astype(np.uint16))):
+            raise RuntimeError(f"OpenCV could not write {stem}.*.png")
+        Path(f"{stem}.pose.txt").write_text(
+            "\n".join(" ".join(f"{v:.7e}" for v in row) for row in pose) + "\n")
+    return Written(folder, folder / "frame-000000.pose.txt", len(seq))
+
+
+def write_kitti(seq: SyntheticSequence, root: PathLike, name: str = "00") -> Written:
+    """The KITTI odometry layout: ``<root>/sequences/<name>/image_2/NNNNNN.png``,
+    ``times.txt`` (seconds from the start), ``calib.txt`` (P0..P3 from the sequence's K,
+    all one camera: camera 2 is camera 0 here) and ``<root>/poses/<name>.txt`` (3x4
+    row-major, camera 0 in the first camera's frame). ``Written.path`` is the sequence
+    folder."""
+    cv2 = require_cv2("this writer")
+    folder = Path(root) / "sequences" / name
+    (folder / "image_2").mkdir(parents=True, exist_ok=True)
+    for i, img in enumerate(seq.images):
+        path = folder / "image_2" / f"{i:06d}.png"
+        if not cv2.imwrite(str(path), np.ascontiguousarray(img[..., ::-1])):
+            raise RuntimeError(f"OpenCV could not write {path}")
+    stamps = np.asarray(seq.stamps_ns, np.int64) - int(seq.stamps_ns[0])
+    (folder / "times.txt").write_text("".join(f"{s / 1e9:.6e}\n" for s in stamps))
+    P = np.hstack([seq.K, np.zeros((3, 1))]).reshape(-1)  # (3, 4) -> 12, row-major
+    (folder / "calib.txt").write_text("".join(
+        f"P{k}: " + " ".join(f"{v:.12e}" for v in P) + "\n" for k in range(4)))
+    poses = Path(root) / "poses" / f"{name}.txt"
+    poses.parent.mkdir(parents=True, exist_ok=True)
+    rel = seq.c2w_relative[:, :3, :].reshape(len(seq), 12)  # (N, 3, 4) -> (N, 12)
+    poses.write_text("".join(" ".join(f"{v:.12e}" for v in row) + "\n" for row in rel))
+    return Written(folder, poses, len(seq))

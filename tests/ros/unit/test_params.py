@@ -70,7 +70,8 @@ def test_the_tables_defaults_are_the_configs_defaults():
 def test_every_config_field_is_set_by_one_row():
     from dataclasses import fields
     for config, skip in ((NodeConfig, set()), (SessionConfig, {
-            "keyframes", "preprocess", "return_depth", "fused_kernels_off"})):
+            "keyframes", "preprocess", "return_depth", "return_features",
+            "fused_kernels_off"})):
         prefix = "node" if config is NodeConfig else "session"
         set_by = sorted(p.attribute for p in PARAMS if p.field.rsplit(".", 1)[0] == prefix)
         assert set_by == sorted(f.name for f in fields(config) if f.name not in skip)

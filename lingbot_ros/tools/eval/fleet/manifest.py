@@ -57,7 +57,8 @@ class Manifest:
                      "now %s): redone", unit.key, entry.get("input_fingerprint"),
                      unit.fingerprint or "unreadable")
             return None
-        if entry.get("settings_sha256") != self.settings_sha256:
+        if entry.get("settings_sha256") != self.settings_sha256 or \
+                entry.get("overrides", []) != [list(kv) for kv in unit.overrides]:
             log.info("%s: settings changed: redone", unit.key)
             return None
         folder = self.path.parent / unit.key
@@ -73,7 +74,8 @@ class Manifest:
         self.units[unit.key] = {
             "sequence": unit.sequence, "policy": unit.policy, "status": result.status,
             "input_fingerprint": unit.fingerprint,
-            "settings_sha256": self.settings_sha256, "worker": result.worker,
+            "settings_sha256": self.settings_sha256,
+            "overrides": [list(kv) for kv in unit.overrides], "worker": result.worker,
             "attempts": result.attempts, "error": result.error, "files": result.files}
         self.save()
 

@@ -22,6 +22,7 @@ from ...offline.cli import run
 from ...offline.run_spec import CannotResume, OfflineRun
 from ...offline.save_resume import recording_fingerprint
 from ...sources.datasets import open_dataset
+from ..loop_columns import loop_summary
 from .tree import OutputTree
 
 log = logging.getLogger("lingbot_ros.eval")
@@ -30,7 +31,8 @@ log = logging.getLogger("lingbot_ros.eval")
 DRIVER_ONLY = frozenset({
     "sequences", "policies", "out", "keyframes", "no_progress", "ray", "workers",
     "gpus_per_worker", "cpus_per_worker", "retries", "resume", "snapshot_every",
-    "save_session"})
+    "save_session", "benchmark", "data_root",
+    "reoptimize"})  # lingbot-ros-offline's other mode (a run folder replayed), never a unit's
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,9 @@ class WorkUnit:
     # The fingerprint of the sequence's first frames (``input_fingerprint``): the key of the
     # unit's snapshot and of its manifest entry ("" until known: the worker computes it).
     fingerprint: str = ""
+    # (option, value) pairs over the run's settings for this unit alone (a benchmark's width,
+    # stride, keyframe interval per dataset), sorted; part of its manifest entry
+    overrides: tuple = ()
 
     @property
     def key(self) -> str:
@@ -72,15 +77,21 @@ class UnitResult:
 
 
 def plan_units(sequences, names, policies, snapshot_every: int = 0,
-               fingerprints=None) -> list[WorkUnit]:
+               fingerprints=None, overrides=None) -> list[WorkUnit]:
     """Sequences x policies in table order; ``fingerprints``: one per sequence
-    (``input_fingerprint``), else computed where the unit runs."""
+    (``input_fingerprint``), else computed where the unit runs; ``overrides``: one per
+    sequence (``WorkUnit.overrides``), else none. ``policies``: one list for every sequence,
+    or one list per sequence."""
     units = []
     fingerprints = list(fingerprints) if fingerprints is not None else [""] * len(sequences)
-    for sequence, name, fingerprint in zip(sequences, names, fingerprints):
-        for policy in policies:
+    overrides = list(overrides) if overrides is not None else [()] * len(sequences)
+    if policies and isinstance(policies[0], str):
+        policies = [policies] * len(sequences)
+    for sequence, name, fingerprint, extra, pols in zip(sequences, names, fingerprints,
+                                                        overrides, policies):
+        for policy in pols:
             units.append(WorkUnit(len(units), str(sequence), name, policy, snapshot_every,
-                                  fingerprint))
+                                  fingerprint, tuple(extra)))
     return units
 
 
@@ -106,10 +117,12 @@ def run_settings(args: argparse.Namespace) -> dict:
     return {k: v for k, v in sorted(vars(args).items()) if k not in DRIVER_ONLY}
 
 
-def unit_run(settings: dict, policy: str = "all", **unit) -> OfflineRun:
-    """The offline run of ``settings`` with keyframe policy ``policy`` (the model itself does
-    not depend on the policy); ``unit``: the unit's own fields (input, out, snapshots)."""
-    return OfflineRun.from_settings(settings, keyframes=policy, **unit)
+def unit_run(settings: dict, policy: str = "all", overrides=(), **unit) -> OfflineRun:
+    """The offline run of ``settings`` (with the unit's ``overrides``: a benchmark's width,
+    stride, keyframe interval) with keyframe policy ``policy`` (the model itself does not
+    depend on the policy); ``unit``: the unit's own fields (input, out, snapshots)."""
+    return OfflineRun.from_settings(dict(settings, **dict(overrides)), keyframes=policy,
+                                    **unit)
 
 
 def settings_digest(settings: dict) -> str:
@@ -138,11 +151,13 @@ def execute_unit(unit: WorkUnit, settings: dict, model, tree: OutputTree, worker
     then commit it. Any failure is an ``"error"`` result (the caller decides on retries)."""
     staging = tree.new_staging(unit.key, worker)
     snapshots, snapshot_args = unit_snapshot_args(unit, settings, tree)
-    run_args = unit_run(settings, unit.policy, input=unit.sequence, out=str(staging),
-                        no_progress=not show_progress, **snapshot_args)
     final = tree.unit_dir(unit.key)
     try:
+        run_args = unit_run(settings, unit.policy, unit.overrides, input=unit.sequence,
+                            out=str(staging), no_progress=not show_progress, **snapshot_args)
         summary = run(run_args, model)
+        if settings.get("loop_closure"):  # the back end's files, read where they were written
+            summary["loop_closure"] = loop_summary(staging, summary)
         # The files' final place, not the staging folder they were written in.
         summary["outputs"] = {k: str(final / Path(v).name)
                               for k, v in summary.get("outputs", {}).items()}
