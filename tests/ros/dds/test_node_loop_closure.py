@@ -151,7 +151,11 @@ def test_a_looped_stream_closes_a_loop_in_map_to_odom_only(tmp_path, ros_env):
         corrections = [matrix(m.correction.translation, m.correction.rotation) for m in loops]
 
         # /tf: odom -> camera is the front end's; map -> odom is the identity until the loop,
-        # then a loop's correction (the last loop's once the last frame went out)
+        # then a loop's correction (the last loop's once the last frame went out). /tf is
+        # published after ~/pose: wait for the last frame's
+        probe.wait_until(lambda: stamps[-1] in transforms(probe, "map", "odom")
+                         and stamps[-1] in transforms(probe, "odom", CAMERA), 30,
+                         "the last frame's /tf")
         odom_cam = transforms(probe, "odom", CAMERA)
         map_odom = transforms(probe, "map", "odom")
         assert sorted(odom_cam) == stamps and sorted(map_odom) == stamps
