@@ -28,6 +28,7 @@ from std_msgs.msg import Header
 
 from ..geometry import FileRoot
 from ..session import StreamingSession
+from .backend.factory import NodeBackend
 from .intake.image_input import ImageInput
 from .intake.scale_inputs import scale_inputs
 from ..scale import ScaleStream
@@ -92,6 +93,7 @@ class LingbotNode(LifecycleNode):
         # resume_from, ~/save_session, ~/load_session, save_on_shutdown; holds a restored
         # snapshot's map and path until activate
         self.snapshots = NodeSnapshots(self.get_logger())
+        self.backend = NodeBackend()  # loop.enable: the back end's thread and its outputs
 
     def destroy_node(self) -> None:
         """Destroy the node's entities and the node itself, including the lifecycle state
@@ -159,11 +161,17 @@ class LingbotNode(LifecycleNode):
         if resumed is not None and not self.snapshots.continue_scale(
                 resumed, scale, settings.resume_from):
             return TransitionCallbackReturn.FAILURE
+        error = self.backend.configure(settings, session, self.get_logger())
+        if error:
+            self.get_logger().error(f"configure failed: {error}")
+            return TransitionCallbackReturn.FAILURE
         self.settings, self.session, self.files = settings, session, files
         self.scale = scale
-        self.stream = StreamControl(session, self.telemetry, self.get_logger(), scale)
-        if resumed is not None:  # its map and path wait for activate
+        self.stream = StreamControl(session, self.telemetry, self.get_logger(), scale,
+                                    backend=self.backend.thread)
+        if resumed is not None:  # its map and path wait for activate; the back end goes on
             self.snapshots.resumed(resumed, settings.resume_from)
+            self.stream.restore_backend(resumed)
         info = session.info()
         self.telemetry.set_session_info(info)
         if not self.context.ok():  # SIGINT/SIGTERM arrived meanwhile: main() exits cleanly
@@ -214,6 +222,7 @@ class LingbotNode(LifecycleNode):
         scale = self.scale
         self.scale_topic = ScalePublisher(self, cfg.map_frame, lambda: scale.estimate)
         self.snapshots.load_pending(self.outputs)  # a restored snapshot's map and path
+        self.backend.activate(self, cfg, self.outputs)  # ~/loop_closures
         self.facts.publish(NodeFacts(self.robot_frames.facts(), self.outputs.facts()))
         self.status = Status(self, cfg, self._status_reads())
         self.worker = FrameWorker(
@@ -221,7 +230,7 @@ class LingbotNode(LifecycleNode):
             robot_frames=self.robot_frames, log=self.get_logger(), queue_size=cfg.queue_size,
             max_image_pixels=cfg.max_image_pixels, use_compressed=cfg.use_compressed,
             alive=self.context.ok, scale=self.scale, scale_topic=self.scale_topic,
-            facts=self.facts, control=self.stream)
+            facts=self.facts, control=self.stream, backend=self.backend.thread)
         self.image_input = ImageInput(  # its QoS fits the camera
             self, cfg, self._on_image,
             on_malformed=self._on_malformed_image if cfg.image_raw_take else None)
@@ -306,18 +315,11 @@ class LingbotNode(LifecycleNode):
                 self.outputs.flush_path()
             except Exception:  # noqa: BLE001 -- the context went down meanwhile (Ctrl-C)
                 pass
-        if self.status is not None:
-            self.status.destroy()
-            self.status = None
-        if self.scale_topic is not None:
-            self.scale_topic.destroy()
-            self.scale_topic = None
-        if self.outputs is not None:
-            self.outputs.destroy()
-            self.outputs = None
-        if self._tf_listener is not None:
-            self._tf_listener.destroy()
-            self._tf_listener = None
+        self.backend.deactivate()
+        for name in ("status", "scale_topic", "outputs", "_tf_listener"):  # in this order
+            if getattr(self, name) is not None:
+                getattr(self, name).destroy()
+                setattr(self, name, None)
         if self.scale is not None:  # the worker is stopped: its TF lookups go with the tree
             self.scale.attach_tf()
 
@@ -334,9 +336,8 @@ class LingbotNode(LifecycleNode):
         if self._service_handles is not None and not keep_services:
             self._service_handles.destroy()
             self._service_handles = None
-        self.session = None
-        self.scale = None
-        self.stream = None
+        self.backend.release()
+        self.session = self.scale = self.stream = None
         self.snapshots.discard_pending()
         self.telemetry.set_session_info(None)
         self.gc_pauses.unfreeze()  # what gc_freeze kept out of the sweeps can be freed again

@@ -174,6 +174,11 @@ class Services:
         return response
 
     def _save_map(self, request, response):
+        if getattr(request, "place_map", ""):  # SaveMap.srv's place map: issue 34, item 5
+            response.success = False
+            response.message = ("place_map: writing the back end's place map is not "
+                                "implemented yet; call with place_map '' for the PLY")
+            return response
         stream = self._calls.stream()
         path = _target(stream, "no map", request.path, response)
         if path is None:

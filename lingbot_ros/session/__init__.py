@@ -14,7 +14,7 @@ from .session import Outcome, StreamingSession
 from .session_state import SessionSnapshots
 from .snapshot_codec import SnapshotData, SnapshotError, read_manifest, write_snapshot
 from .snapshot_folder import check_replaceable, sweep_stale
-from .snapshot_parts import (PARTS, PATH_RECORDS, SCALE, VOXEL_MAP, SnapshotPart,
+from .snapshot_parts import (LOOP_BACKEND, PARTS, PATH_RECORDS, SCALE, VOXEL_MAP, SnapshotPart,
                              front_end_state, saved_part)
 from .stats import LatencyWindow
 from .step_txn import StepTxn
@@ -32,4 +32,4 @@ __all__ = ["StepKind", "PRESETS", "load_session_model", "open_session", "warm_up
            "frame_digest", "fingerprint_key", "SessionInfo", "StreamInfo", "KVCacheInfo",
            "CameraCacheInfo", "LatencySummary", "SessionSnapshots", "BenchTiming",
            "WeightsIdentity", "SnapshotPart", "PARTS", "SCALE", "VOXEL_MAP", "PATH_RECORDS",
-           "front_end_state", "saved_part"]
+           "LOOP_BACKEND", "front_end_state", "saved_part"]

@@ -41,13 +41,14 @@ from .stats import HostLaps, LatencyWindow
 from .stream_runner import StreamRunner
 
 __all__ = ["SnapshotPart", "LoadContext", "Part", "PARTS", "STREAM", "FRONT_END", "RUNNER",
-           "SCALE", "VOXEL_MAP", "PATH_RECORDS", "part", "stream_parts", "check_stream_state",
-           "front_end_state", "saved_part"]
+           "SCALE", "VOXEL_MAP", "PATH_RECORDS", "LOOP_BACKEND", "part", "stream_parts",
+           "check_stream_state", "front_end_state", "saved_part"]
 
 STREAM, FRONT_END = "stream", "front_end"
 RUNNER = "runner"  # the stream's caches (its tensors go to their own file: snapshot_codec.py)
 SCALE = SNAPSHOT_KEY  # the scale part's key is its owner's (scale/stream.py, ScaleStream)
 VOXEL_MAP, PATH_RECORDS = "voxel_map", "path_records"
+LOOP_BACKEND = "loop_backend"  # the back end's state (loop/backend.py), with loop.enable
 
 
 @runtime_checkable
@@ -118,6 +119,9 @@ PARTS: tuple[Part, ...] = (
     Part(VOXEL_MAP, FRONT_END, "VoxelMap (geometry/voxel_map.py): the node's ~/map_points, "
          "the offline runner's points.ply", optional=True),
     Part(PATH_RECORDS, FRONT_END, "the node's ~/path history (ros/outputs/path_publisher.py)",
+         optional=True),
+    Part(LOOP_BACKEND, FRONT_END, "the loop-closure back end (loop/): place database, pose "
+         "graph, correction; the node's BackendThread (ros/backend/backend_thread.py)",
          optional=True),
 )
 _BY_KEY = {p.key: p for p in PARTS}

@@ -16,7 +16,8 @@ import threading
 from contextlib import contextmanager
 from typing import Callable, Optional, Protocol
 
-from ...session import read_manifest
+from ...session import LOOP_BACKEND, front_end_state, read_manifest, saved_part
+from ..backend.backend_thread import BackendThread
 from ..lifecycle.snapshot_handlers import SnapshotJob, check_scale, restore_scale, take_state
 from ..status.telemetry import NodeTelemetry
 from ...scale import ScaleStream
@@ -36,9 +37,13 @@ class AttachedWorker(Protocol):
 
 class StreamControl:
     def __init__(self, session, telemetry: NodeTelemetry, log,
-                 scale: Optional[ScaleStream] = None) -> None:
+                 scale: Optional[ScaleStream] = None,
+                 backend: Optional[BackendThread] = None) -> None:
+        """``backend``: the loop-closure back end's thread (``loop.enable``): reset, loaded
+        and saved with the stream."""
         self.session = session
         self.scale = scale
+        self.backend = backend
         self._telemetry = telemetry
         self._log = log
         self.lock = threading.Lock()  # the session: a frame vs a reset, load or save's copy
@@ -76,6 +81,8 @@ class StreamControl:
                 self._telemetry.count("dropped_reset", dropped)
                 worker.publish_in_flight()
             self.session.reset()
+            if self.backend is not None:
+                self.backend.reset()
             if worker is not None:
                 worker.new_stream(restart_frames=True)
             self._reset_scale(worker)
@@ -98,6 +105,7 @@ class StreamControl:
             if self.scale is not None:  # refused before the stream is touched
                 check_scale(read_manifest(path), self.scale)
             manifest = self.session.snapshots.restore(path)
+            self.restore_backend(manifest)
             if worker is not None:
                 self._telemetry.count("dropped_reset", worker.drop_queue())
                 worker.new_stream(restart_frames=False)
@@ -120,8 +128,27 @@ class StreamControl:
                 if worker is not None:
                     worker.publish_in_flight()
                     state = worker.node_state()
-                return take_state(self.session, state, extra, scale=self.scale)
+                return take_state(self.session, with_backend(state, self.backend), extra,
+                                  scale=self.scale)
         return SnapshotJob(take, path)
+
+    def restore_backend(self, manifest: dict) -> None:
+        """The restored stream's back end continues from the snapshot's (its arrays come with
+        the stream's restore: read once). A snapshot without one (saved with loop.enable
+        off, or by an older build), or one it cannot continue, starts a fresh back end, with
+        a warning: the stream itself is restored either way."""
+        if self.backend is None:
+            return
+        saved = saved_part(manifest.get("front_end_state"), LOOP_BACKEND)
+        prepared, warning = None, "the snapshot holds no loop back end: it starts anew"
+        if saved is not None:
+            try:
+                prepared, warning = self.backend.prepare_load(saved), None
+            except ValueError as exc:
+                warning = f"the snapshot's loop back end cannot continue ({exc}): it starts anew"
+        self.backend.adopt(prepared)
+        if warning:
+            self._log.warning(warning)
 
     def _reset_scale(self, worker) -> None:
         if self.scale is not None:
@@ -142,3 +169,10 @@ class StreamControl:
             self._log.warning(warning)
         if worker is not None:
             worker.scale_changed(estimate)
+
+
+def with_backend(state: Optional[dict], backend: Optional[BackendThread]) -> Optional[dict]:
+    """The outputs' snapshot parts with the back end's (``LOOP_BACKEND``) when it runs."""
+    if backend is None:
+        return state
+    return dict(state or {}, **front_end_state({LOOP_BACKEND: backend}))

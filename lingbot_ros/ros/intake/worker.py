@@ -32,6 +32,8 @@ from typing import Callable, NamedTuple, Optional, Protocol
 from std_msgs.msg import Header
 
 from ...session import FrameFailed, FrameRejected, FrameResult
+from ..backend.backend_thread import BackendThread
+from ..backend.corrections import odom_correction
 from ..outputs.messages import ns_to_stamp, stamp_to_ns
 from ..status.node_facts import FactsBoard, NodeFacts
 from ..status.telemetry import NodeTelemetry
@@ -85,7 +87,8 @@ class FrameWorker:
                  alive: Callable[[], bool] = lambda: True,
                  scale: Optional[ScaleStream] = None, scale_topic=None,
                  facts: Optional[FactsBoard] = None,
-                 control: Optional[StreamControl] = None) -> None:
+                 control: Optional[StreamControl] = None,
+                 backend: Optional[BackendThread] = None) -> None:
         """``session``: a ``StreamingSession`` (its public API only); ``robot_frames``: the
         TF chain each image is published in; ``alive``: False once the process is shutting
         down (an error then ends the thread quietly). ``scale``: the stream's metric scale
@@ -93,7 +96,9 @@ class FrameWorker:
         units, no ``~/scale``); ``scale_topic``: told of every change (``changed``);
         ``facts``: where each turn's ``NodeFacts`` go (the executor's only view of the chain
         and the outputs; None: not published); ``control``: the stream's ``StreamControl``
-        (the node's, which outlives the worker; None: one of its own)."""
+        (the node's, which outlives the worker; None: one of its own); ``backend``: the
+        loop-closure back end's thread (``loop.enable``; None: off): each published keyframe
+        is offered to it, and its correction is each frame's map -> odom."""
         self._session = session
         self._outputs = outputs
         self._status = status_sink
@@ -106,6 +111,7 @@ class FrameWorker:
         self._scale = scale
         self._scale_topic = scale_topic
         self._facts = facts
+        self._backend = backend
         # An anchor frame's depth came with the scale phase: the topic's period decides.
         self._num_scale_frames = session.info().startup_latency_frames
         self._queue = FrameQueue(queue_size)
@@ -215,7 +221,9 @@ class FrameWorker:
     def _publish_facts(self) -> None:
         """The turn's ``NodeFacts``, whole: the executor reads nothing else of the worker's."""
         if self._facts is not None:
-            self._facts.publish(NodeFacts(self._robot_frames.facts(), self._outputs.facts()))
+            self._facts.publish(NodeFacts(
+                self._robot_frames.facts(), self._outputs.facts(),
+                self._backend.facts() if self._backend is not None else None))
 
     def _work(self) -> None:
         while not self._stop.is_set():
@@ -278,6 +286,7 @@ class FrameWorker:
                 # cv_bridge when a ROS install registers it, else our exact numpy path
                 array, encoding = image_to_array(msg, self._limits, backend="auto"), msg.encoding
             depth_due, with_depth = self._outputs.depth_wanted()
+            with_depth = with_depth or self._backend is not None  # every keyframe's, stored
             if self._scale is not None and self._scale.needs_depth:
                 with_depth = True  # the depth source samples every frame's depth
                 self._scale.on_submit(stamp_ns)
@@ -370,14 +379,32 @@ class FrameWorker:
         """One frame's outputs (its scale sample first); returns (what did not go out,
         whether its metric outputs were withheld)."""
         depth_due = frame.depth_due if outcome.index >= self._num_scale_frames else None
+        backend = self._backend  # loop.enable: map -> odom is its correction
+        kw = ({} if backend is None else
+              {"map_to_odom": odom_correction(frame.chain, backend.facts().correction)})
         if self._scale is None:
-            return self._outputs.publish(outcome, frame.chain, depth_due), False
+            note = self._outputs.publish(outcome, frame.chain, depth_due, **kw)
+            self._offer_keyframe(outcome, frame, None)
+            return note, False
         # the frame's sample first: its own outputs may be the first in metres
         scale = self._scale.on_frame(outcome, frame.chain.T_base_optical)
         if self._scale_topic is not None:
             self._scale_topic.changed(scale)
         withheld = self._outputs.withholds(scale)
-        return self._outputs.publish(outcome, frame.chain, depth_due, scale), withheld
+        note = self._outputs.publish(outcome, frame.chain, depth_due, scale, **kw)
+        if not self._scale.config.metric:
+            self._offer_keyframe(outcome, frame, None)
+        elif scale.output_factor is not None:  # a metric source: the back end works in metres
+            self._offer_keyframe(outcome, frame, scale.output_factor)
+        return note, withheld
+
+    def _offer_keyframe(self, outcome: FrameResult, frame: PendingFrame,
+                        metres_per_unit: Optional[float]) -> None:
+        """A published keyframe to the back end (its thread; never waits). With a metric
+        scale source only once LOCKED (``metres_per_unit``): the back end's database, gates
+        and correction are then in metres, the outputs' units."""
+        if self._backend is not None and outcome.keyframe:
+            self._backend.offer(outcome, frame.chain, metres_per_unit)
 
     def _failed(self, header, counter: str, exc: Exception, images: int = 1) -> None:
         """A frame the model could not turn into a pose (or whose outputs could not go
@@ -395,6 +422,8 @@ class FrameWorker:
             self._telemetry.restarted(event.kind, event.message, time.monotonic())
             self._outputs.restart()
             self._reset_scale()
+            if self._backend is not None:  # a new stream: its keyframes start anew
+                self._backend.reset()
             self._restart_note = event.message  # for the next INITIALIZING status
             self._log.warning(f"{event.message} (image stamp "
                               f"{header.stamp.sec}.{header.stamp.nanosec:09d})")

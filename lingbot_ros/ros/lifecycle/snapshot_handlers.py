@@ -33,7 +33,8 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from ...session import SCALE, SnapshotError, front_end_state, saved_part, write_snapshot
+from ...session import (LOOP_BACKEND, SCALE, SnapshotError, front_end_state, saved_part,
+                        write_snapshot)
 
 __all__ = ["SnapshotJob", "wait_done", "take_state", "start_save", "SnapshotError",
            "scale_state", "check_scale", "restore_scale", "NodeSnapshots"]
@@ -250,6 +251,8 @@ class NodeSnapshots:
             if session.in_flight:  # the worker stopped mid-frame: finish it into the stream
                 session.collect()
             state = outputs.node_state() if outputs is not None else None
+            if stream.backend is not None:  # loop.enable: the back end's state with them
+                state = dict(state or {}, **front_end_state({LOOP_BACKEND: stream.backend}))
             ok, message, _, _ = start_save(session, settings.save_on_shutdown, state,
                                            scale=stream.scale).wait()
         except Exception as exc:  # noqa: BLE001 -- shutting down anyway: say why

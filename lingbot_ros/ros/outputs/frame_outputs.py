@@ -141,10 +141,15 @@ class Outputs:
 
     def publish(self, result: FrameResult, chain: FrameChain,
                 depth_due: Optional[bool] = None,
-                scale: Optional[ScaleEstimate] = None) -> str:
+                scale: Optional[ScaleEstimate] = None,
+                map_to_odom: Optional[np.ndarray] = None) -> str:
         """All outputs of one frame. ``depth_due``: ``depth_wanted()[0]`` when the frame was
         handed in (None: the topic's own period decides here). ``scale``: the stream's scale
-        snapshot for this frame (None: model units). Returns "" when every output went out,
+        snapshot for this frame (None: model units). ``map_to_odom``: (4, 4) the loop-closure
+        back end's correction in the node's frames and output units (``loop.enable``;
+        ros/backend/corrections.py): ~/pose, ~/path and the points go out in map through
+        it, /tf carries it as map -> odom, odom -> base and ~/odometry stay the front end's
+        (None: the identity). Returns "" when every output went out,
         else what did not (map -> odom without the other odometry's odom -> base; the metric
         outputs withheld before the scale locked): ~/status carries it."""
         cfg = self.config
@@ -161,25 +166,28 @@ class Outputs:
             self._published_model_units = True
         elif k is not None and self._held:
             self._rebuild_path(k)
-        T = chain.tracked_in_map(result.c2w, k)  # the tracked frame (base, or camera) in map
-        pose = pose_stamped(T, stamp, cfg.map_frame)
+        T = chain.tracked_in_map(result.c2w, k)  # the tracked frame in odom (continuous)
+        M = _IDENTITY if map_to_odom is None else map_to_odom
+        T_map = M @ T  # ... in map (corrected at loop closures)
+        pose = pose_stamped(T_map, stamp, cfg.map_frame)
         self.pose.publish(pose)
         self.path.append(pose)
         linear, angular = self._twist(result.stamp_ns, T)
-        # Our odometry frame is the map (map -> odom is the identity) when we own odom;
-        # otherwise our estimate lives in map only.
+        # Our odometry frame is odom when we own it (map -> odom: the back end's correction,
+        # or the identity); otherwise our estimate lives in map only.
         odom_frame = cfg.odom_frame if cfg.publish_odom_to_base else cfg.map_frame
+        T_odom = T if cfg.publish_odom_to_base else T_map
         if k is None:  # model units: the configured constant diagonals
             pose_cov = (cfg.odom_position_var, cfg.odom_orientation_var)
             twist_cov = (cfg.odom_linear_var, cfg.odom_angular_var)
         else:  # metres: the variances (the outputs' units) plus the scale's uncertainty
             pose_cov = scaled_covariance(cfg.odom_position_var, cfg.odom_orientation_var,
-                                         scale.sigma_log, T[:3, 3])
+                                         scale.sigma_log, T_odom[:3, 3])
             twist_cov = scaled_covariance(cfg.odom_linear_var, cfg.odom_angular_var,
                                           scale.sigma_log, linear)
-        self.odometry.publish(odometry(T, stamp, odom_frame, chain.tracked_frame, linear,
+        self.odometry.publish(odometry(T_odom, stamp, odom_frame, chain.tracked_frame, linear,
                                        angular, pose_cov, twist_cov))
-        transforms = self._transforms(T, stamp, result.stamp_ns, chain.tracked_frame)
+        transforms = self._transforms(T, M, stamp, result.stamp_ns, chain.tracked_frame)
         if transforms:
             self.tf.publish(TFMessage(transforms=transforms))
         self._publish_camera_info(result, chain, stamp)
@@ -195,7 +203,7 @@ class Outputs:
             self.depth_info.publish(camera_info_msg(result.K_model, w, h, stamp,
                                                     chain.camera_frame))
             self._last_depth = now
-        self._publish_points(result, chain, stamp, now, scale)
+        self._publish_points(result, chain, stamp, now, scale, M)
         return (f"map -> odom not published: {self.last_tf_failure}"
                 if self._tf_failing is not None else "")
 
@@ -281,14 +289,17 @@ class Outputs:
             return np.zeros(3), np.zeros(3)
         return body_velocity(previous[1], T, (stamp_ns - previous[0]) * 1e-9)
 
-    def _transforms(self, T_map_tracked: np.ndarray, stamp, stamp_ns: int,
+    def _transforms(self, T_odom_tracked: np.ndarray, M: np.ndarray, stamp, stamp_ns: int,
                     tracked: str) -> list:
+        """``T_odom_tracked``: the front end's pose (odom, continuous); ``M``: map -> odom
+        (the back end's correction, or the identity)."""
         cfg = self.config
         out = []
-        if cfg.publish_odom_to_base:  # we are the odometry: map -> odom is the identity
-            out.append(transform(T_map_tracked, stamp, cfg.odom_frame, tracked))
+        T_map_tracked = M @ T_odom_tracked
+        if cfg.publish_odom_to_base:  # we are the odometry: map -> odom is the correction
+            out.append(transform(T_odom_tracked, stamp, cfg.odom_frame, tracked))
             if cfg.publish_map_to_odom:
-                out.append(transform(_IDENTITY, stamp, cfg.map_frame, cfg.odom_frame))
+                out.append(transform(M, stamp, cfg.map_frame, cfg.odom_frame))
         elif cfg.publish_map_to_odom:  # another node owns odom -> base: correct its drift
             try:
                 T_odom_tracked = self._tf_tree.lookup(cfg.odom_frame, tracked, stamp_ns)
@@ -306,7 +317,8 @@ class Outputs:
         return out
 
     def _publish_points(self, result: FrameResult, chain: FrameChain, stamp, now: float,
-                        scale: Optional[ScaleEstimate] = None) -> None:
+                        scale: Optional[ScaleEstimate] = None,
+                        M: np.ndarray = _IDENTITY) -> None:
         """A keyframe's points on ~/points and into the map, each at its own rate."""
         cfg = self.config
         if not result.keyframe or result.depth is None:
@@ -318,7 +330,9 @@ class Outputs:
             return
         xyz, rgb = frame_points(result, cfg.points_stride, cfg.points_min_conf)
         k = scale.output_factor if scale is not None else None
-        xyz = chain.points_in_map(xyz, k)  # model world -> map (metres with a scale)
+        xyz = chain.points_in_map(xyz, k)  # model world -> odom (metres with a scale)
+        if M is not _IDENTITY:  # -> map, through the back end's correction
+            xyz = (xyz @ M[:3, :3].T + M[:3, 3]).astype(np.float32)
         if want_cloud:
             self.points.publish(point_cloud(xyz, rgb, stamp, cfg.map_frame))
             self._last_points = now

@@ -82,6 +82,13 @@ class MapPoints:
         write_ply(path, xyz, rgb, comments=header(units))
         return len(xyz), units
 
+    def replace(self, rebuilt: VoxelMap) -> None:
+        """Swap in a map rebuilt elsewhere (a loop's corrected keyframes, in the units of the
+        points it replaces); published at the next period. Any thread."""
+        with self._lock:
+            self._map = rebuilt
+            self._changed = True
+
     def units(self) -> Optional[ScaleEstimate]:
         """The scale snapshot of the map's last points (None: model units, or empty)."""
         with self._lock:

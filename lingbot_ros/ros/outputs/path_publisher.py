@@ -22,6 +22,7 @@ from rclpy.clock import Clock, ClockType
 from rclpy.duration import Duration
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
+from ...geometry import rotation_to_quaternion
 from .path_cdr import PathCdr
 
 PATH_FINAL_ACK_S = 0.5  # destroy() waits this long at most for readers to take the last Path
@@ -100,6 +101,30 @@ class PathPublisher:
         """Replace the history by ``records`` (a restored snapshot's); published soon."""
         with self._path_lock:
             self._path_poses.load_records(records)
+            self._path_pending = True
+            wake, self._path_scheduled = not self._path_scheduled, True
+        guard = self._path_wake
+        if wake and guard is not None:
+            guard.trigger()
+
+    def rewrite(self, poses) -> None:
+        """Replace the history up to the newest of ``poses`` by ``poses`` (``[(stamp_ns,
+        (4, 4) pose in this path's frame)]``, oldest first: a loop's corrected keyframes);
+        the poses appended after it stay. Any thread; the records are built before the
+        lock, so an append waits only for the swap."""
+        if not poses:
+            return
+        fresh = PathCdr(self._path_poses.frame_id)
+        for stamp_ns, T in poses:
+            fresh.append(int(stamp_ns) // 1_000_000_000, int(stamp_ns) % 1_000_000_000,
+                         T[:3, 3], rotation_to_quaternion(T[:3, :3]))
+        last_ns = int(poses[-1][0])
+        new = fresh.records()
+        with self._path_lock:
+            current = self._path_poses.records()  # (n, record_size) uint8
+            stamps = current[:, 0:8].copy().view("<i4, <u4").reshape(-1)  # (n,) sec, nanosec
+            later = (stamps["f0"].astype(np.int64) * 1_000_000_000 + stamps["f1"]) > last_ns
+            self._path_poses.load_records(np.concatenate([new, current[later]]))
             self._path_pending = True
             wake, self._path_scheduled = not self._path_scheduled, True
         guard = self._path_wake

@@ -7,10 +7,12 @@ one value against another), whose messages start with the field the row sets.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
 from ...config import KeyframeConfig, PreprocessConfig, SessionConfig
+from ...loop.config import LoopConfig
 from ...scale import ScaleConfig
 from .node_config import NodeConfig, check_scale_inputs, outputs_read_depth
 from .table import (PARAM_NAMES, PARAMS, PARAMS_BY_ATTRIBUTE, PARAMS_BY_NAME, Param,
@@ -41,6 +43,9 @@ class Settings:
     save_on_shutdown: str = ""  # where to write one on a clean shutdown
     resume_if_present: bool = False  # nothing at resume_from: a new stream, not a failure
     files_root: str = ""  # files.root: "" = $ROS_HOME/lingbot_ros, "/" = anywhere
+    loop: LoopConfig = LoopConfig()  # the back end (loop.*; docs/node.md "Loop closure")
+    map_load_on_start: str = ""  # a place map loaded at configure ("" none)
+    map_localize_on_start: bool = False  # relocalize in it from the first keyframes
 
 
 def build_settings(values: dict) -> Settings:
@@ -59,20 +64,46 @@ def build_settings(values: dict) -> Settings:
         raise ValueError(f"parameter {name.group(0)!r}: {exc}" if name
                          and name.group(0) in PARAMS_BY_NAME else
                          f"invalid parameters: {exc}") from exc
+    loop = _config_named("loop", LoopConfig, fields_of("loop"))
     try:
         node = NodeConfig(**fields_of("node"))
         session = SessionConfig(
             **fields_of("session"), keyframes=KeyframeConfig(**fields_of("session.keyframes")),
             preprocess=PreprocessConfig(**fields_of("session.preprocess")),
-            return_depth=outputs_read_depth(node) or scale.reads_predicted_depth)
+            return_depth=(outputs_read_depth(node) or scale.reads_predicted_depth
+                          or loop.enable))  # the back end stores each keyframe's depth
         check_scale_inputs(node, scale)
+        if loop.enable:  # the back end's place descriptors pool the frames' patch features
+            session = with_features(session)
     except ValueError as exc:
         p = PARAMS_BY_ATTRIBUTE.get(re.match(r"\w*", str(exc)).group(0))
         raise ValueError(f"parameter {p.name!r}: {exc}" if p else f"invalid parameters: {exc}") \
             from exc
     for name in TOPIC_PARAMS:
         _check_topic_name(name, v[name])
-    return Settings(session=session, node=node, scale=scale, **fields_of("settings"))
+    return Settings(session=session, node=node, scale=scale, loop=loop,
+                    **fields_of("settings"))
+
+
+def with_features(session: SessionConfig) -> SessionConfig:
+    """The session's settings with ``return_features`` on (``FrameResult.features``, what
+    the back end pools into a place descriptor). A session without that field (an older
+    build) is returned as it is: the back end then refuses its keyframes, counted."""
+    if "return_features" not in {f.name for f in dataclasses.fields(SessionConfig)}:
+        return session
+    return dataclasses.replace(session, return_features=True)
+
+
+def _config_named(prefix: str, cls, values: dict):
+    """``cls(**values)``, its ValueError (which starts with ``<prefix>.<field>``, the
+    parameter's name) re-raised as the parameter's."""
+    try:
+        return cls(**values)
+    except ValueError as exc:
+        name = re.match(prefix + r"\.\w+", str(exc))
+        raise ValueError(f"parameter {name.group(0)!r}: {exc}" if name
+                         and name.group(0) in PARAMS_BY_NAME else
+                         f"invalid parameters: {exc}") from exc
 
 
 TOPIC_PARAMS = ("topics.image", "topics.camera_info")

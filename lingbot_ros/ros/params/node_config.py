@@ -59,6 +59,7 @@ class NodeConfig:
     path_rate_hz: float = 1.0  # ~/path (the whole history) at most this often
     warn_drop_share: float = 0.5  # diagnostics WARN above this share of recent frames lost
     stall_timeout_s: float = 5.0  # diagnostics ERROR: input arrives, nothing processed this long
+    loop_queue_size: int = 2  # keyframes waiting for verification (loop.enable)
 
     def __post_init__(self) -> None:
         for row in rows("node"):  # type and range: the parameter table's

@@ -9,8 +9,9 @@ range checks of ``NodeConfig``, and the defaults listed in ``config/lingbot_ros.
 docs/node.md (a test keeps both equal to the table). Ranges live here and nowhere else; the
 choice lists are config.py's (the session's configs check them too).
 
-No rclpy and no torch here (stdlib, config.py and scale/config.py only): ``NodeConfig``
-(node_config.py) validates itself against these rows, and the torch-free TF code imports ``NodeConfig``.
+No rclpy and no torch here (stdlib, config.py, scale/config.py and loop/config.py only):
+``NodeConfig`` (node_config.py) validates itself against these rows, and the torch-free TF
+code imports ``NodeConfig``.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from ...config import (ATTENTION_BACKENDS, FLASHINFER_VARIANTS, FUSED_KERNEL_MOD
                       HEAD_PRECISIONS, KEYFRAME_POLICIES, MAX_KV_SPLITS, MLP_PRECISIONS,
                       MODEL_PRESETS, PRECISIONS, ROLLOVER_MODES,
                       STAMP_BACKWARDS_POLICIES)
+from ...loop.config import ROBUST_KERNELS
 from ...scale.config import BEFORE_LOCK_POLICIES, SCALE_SOURCES
 
 IMAGE_QOS = ("auto", "sensor_data", "reliable")  # qos.image (ros/intake/image_input.py)
@@ -42,7 +44,7 @@ class Param:
     type: type  # bool, int, float or str (an int is accepted for a float)
     default: Any
     field: str  # the config field it sets: session.<f>, session.keyframes.<f>,
-    #             session.preprocess.<f>, node.<f> or settings.<f>
+    #             session.preprocess.<f>, node.<f>, scale.<f>, loop.<f> or settings.<f>
     description: str
     range: Optional[tuple[float, float]] = None  # inclusive, advertised in the descriptor
     choices: tuple = ()
@@ -307,6 +309,92 @@ PARAMS: tuple[Param, ...] = (
     P("scale.before_lock", str, "withhold", "scale.before_lock",
       "before LOCKED: withhold (no pose, odometry, TF, depth, points; ~/path gets them in "
       "metres at the lock) | publish_model_units", choices=BEFORE_LOCK_POLICIES),
+    # --- loop closure and stored maps (docs/node.md "Loop closure", docs/loop.md)
+    P("loop.enable", bool, False, "loop.enable",
+      "run the back end beside the stream: keyframe database, verification of loop candidates "
+      "with the model, pose graph; map -> odom carries its correction. Off by default: each "
+      "verification costs a model step on a pair, whose GPU cost is not measured yet"),
+    P("loop.min_keyframe_distance_m", float, 0.5, "loop.min_keyframe_distance_m",
+      "a keyframe within this distance (and loop.min_keyframe_angle_deg) of a kept one is not "
+      "added to the database (the stream's units: metres once the scale locked)",
+      range=(0.0, 1e6)),
+    P("loop.min_keyframe_angle_deg", float, 15.0, "loop.min_keyframe_angle_deg",
+      "... and within this rotation", range=(0.0, 180.0)),
+    P("loop.min_age_s", float, 20.0, "loop.min_age_s",
+      "candidates are at least this old (stamps), never in the window", range=(0.0, 1e9)),
+    P("loop.top_k", int, 5, "loop.top_k", "candidates retrieved per keyframe",
+      range=(1, 1000)),
+    P("loop.odom_sigma_t_per_m", float, 0.02, "loop.odom_sigma_t_per_m",
+      "pose graph: the front end's translation sigma per metre moved", range=(1e-9, 1e6)),
+    P("loop.odom_sigma_deg_per_m", float, 0.5, "loop.odom_sigma_deg_per_m",
+      "pose graph: the front end's rotation sigma (deg) per metre moved", range=(1e-9, 1e6)),
+    P("loop.odom_sigma_t_min_m", float, 0.005, "loop.odom_sigma_t_min_m",
+      "pose graph: the front end's translation sigma at least (a standstill)",
+      range=(0.0, 1e6)),
+    P("loop.odom_sigma_deg_min", float, 0.1, "loop.odom_sigma_deg_min",
+      "pose graph: the front end's rotation sigma (deg) at least", range=(0.0, 1e6)),
+    P("loop.odom_sigma_log_scale_per_m", float, 0.01, "loop.odom_sigma_log_scale_per_m",
+      "pose graph: sigma of the front end's log relative scale per metre moved",
+      range=(1e-9, 1e6)),
+    P("loop.odom_sigma_log_scale_min", float, 0.001, "loop.odom_sigma_log_scale_min",
+      "pose graph: ... at least", range=(1e-9, 1e6)),
+    P("loop.rollover_sigma_log_scale", float, 0.05, "loop.rollover_sigma_log_scale",
+      "pose graph: sigma of the log relative scale across a rollover", range=(1e-9, 1e6)),
+    P("loop.loop_sigma_t_m", float, 0.05, "loop.loop_sigma_t_m",
+      "pose graph: an accepted loop's translation sigma", range=(1e-9, 1e6)),
+    P("loop.loop_sigma_deg", float, 1.0, "loop.loop_sigma_deg",
+      "pose graph: an accepted loop's rotation sigma (deg)", range=(1e-9, 1e6)),
+    P("loop.loop_sigma_log_scale", float, 0.05, "loop.loop_sigma_log_scale",
+      "pose graph: an accepted loop's log-scale sigma", range=(1e-9, 1e6)),
+    P("loop.loop_robust_kernel", str, "huber", "loop.loop_robust_kernel",
+      "robust kernel on loop edges", choices=ROBUST_KERNELS),
+    P("loop.loop_robust_k", float, 1.345, "loop.loop_robust_k",
+      "the robust kernel's threshold (sigmas)", range=(1e-9, 1e6)),
+    P("loop.max_correction_m", float, 10.0, "loop.max_correction_m",
+      "gate: a loop moving the current estimate further than this is rejected",
+      range=(1e-9, 1e9)),
+    P("loop.max_correction_deg", float, 10.0, "loop.max_correction_deg",
+      "gate: ... or rotating it more than this", range=(1e-9, 180.0)),
+    P("loop.confirm_m", float, 1.0, "loop.confirm_m",
+      "gate: two verifications must agree within this translation", range=(1e-9, 1e9)),
+    P("loop.confirm_deg", float, 2.0, "loop.confirm_deg",
+      "gate: ... and this rotation", range=(1e-9, 180.0)),
+    P("loop.verify_min_conf", float, 1.5, "loop.verify_min_conf",
+      "verification: pair depth below this confidence (1 + exp(.)) is not used",
+      range=(0.0, 1e6)),
+    P("loop.min_valid_pixels", int, 100, "loop.min_valid_pixels",
+      "verification: valid pixels the scale tie and the geometric check need",
+      range=(1, 100_000_000)),
+    P("loop.inlier_depth_ratio", float, 0.1, "loop.inlier_depth_ratio",
+      "verification: a reprojected pixel is an inlier within this relative depth",
+      range=(1e-9, 1e6)),
+    P("loop.min_inlier_fraction", float, 0.6, "loop.min_inlier_fraction",
+      "gate: the inlier fraction a loop needs", range=(1e-9, 1.0)),
+    P("loop.confirm_window_s", float, 10.0, "loop.confirm_window_s",
+      "a verified loop waits this long (stamps) for a second that agrees", range=(1e-9, 1e9)),
+    P("loop.confirm_max_pending", int, 8, "loop.confirm_max_pending",
+      "verified loops waiting for confirmation, at most", range=(1, 10_000)),
+    P("loop.max_verify_per_keyframe", int, 2, "loop.max_verify_per_keyframe",
+      "verification: at most this many of a keyframe's candidates verified (a model step "
+      "each)", range=(1, 1000)),
+    P("loop.loop_sigma_t_best_m", float, 0.03, "loop.loop_sigma_t_best_m",
+      "pose graph: a loop whose every overlapping pixel is an inlier gets this translation "
+      "sigma (one at the gate gets loop.loop_sigma_t_m)", range=(1e-9, 1e6)),
+    P("loop.loop_sigma_deg_best", float, 0.5, "loop.loop_sigma_deg_best",
+      "pose graph: ... this rotation sigma (deg)", range=(1e-9, 1e6)),
+    P("loop.loop_sigma_log_scale_best", float, 0.005, "loop.loop_sigma_log_scale_best",
+      "pose graph: ... this log-scale sigma", range=(1e-9, 1e6)),
+    P("loop.loop_sigma_t_per_m", float, 0.02, "loop.loop_sigma_t_per_m",
+      "pose graph: a loop's translation sigma grows by this per unit of the pair's baseline",
+      range=(0.0, 1e6)),
+    P("loop.queue_size", int, 2, "node.loop_queue_size",
+      "keyframes waiting for verification on the back end's thread; a keyframe beyond them "
+      "still enters the database and the graph, unverified (counted busy)", range=(1, 1000)),
+    P("map.load_on_start", str, "", "settings.map_load_on_start",
+      "a place map (~/save_map's place_map) loaded at configure; \"\" = none"),
+    P("map.localize_on_start", bool, False, "settings.map_localize_on_start",
+      "with map.load_on_start: relocalize the stream in it from the first keyframes (needs a "
+      "metric scale)"),
     # --- outputs
     P("publish.depth_rate_hz", float, 10.0, "node.depth_rate_hz",
       "~/depth and ~/depth/camera_info at most this often; 0 = off", range=(0.0, 1000.0)),
@@ -352,5 +440,5 @@ PARAMS_BY_ATTRIBUTE = {p.attribute: p for p in PARAMS}
 
 def rows(config: str) -> tuple[Param, ...]:
     """The rows that set fields of ``config`` (``node``, ``session``, ``session.keyframes``,
-    ``session.preprocess``, ``scale``, ``settings``)."""
+    ``session.preprocess``, ``scale``, ``loop``, ``settings``)."""
     return tuple(p for p in PARAMS if p.field.rsplit(".", 1)[0] == config)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ..backend.backend_thread import BackendFacts
 from ..outputs.frame_outputs import OutputFacts
 from ..tf.robot_frames import FramesFacts
 
@@ -25,6 +26,7 @@ class NodeFacts:
 
     frames: FramesFacts = field(default_factory=FramesFacts)
     outputs: Optional[OutputFacts] = None  # None: no outputs (inactive)
+    backend: Optional[BackendFacts] = None  # the loop-closure back end's (None: loop.enable off)
 
 
 class FactsBoard:

@@ -158,6 +158,8 @@ class Status:
             extra.update(r.map_info())
         if scale is not None:
             extra.update(scale.info())
+        if facts.backend is not None:  # loop.enable: candidates, verified, accepted, rejections
+            extra.update(facts.backend.info())
         extra.update(r.gc())
         extra.update(diagnostics.camera_info_check(r.camera_info(), t.last_input_hw,
                                                    t.last_fx))

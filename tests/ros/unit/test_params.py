@@ -233,3 +233,20 @@ def test_declared_in_a_real_node_from_the_params_file(ros_env):
     finally:
         node.destroy_node()
         context.try_shutdown()
+
+
+def test_every_loop_config_field_is_set_by_a_row_and_loop_enable_feeds_the_back_end():
+    """The back end's settings are the loop.* rows (docs/node.md "Loop closure"); with
+    loop.enable the session returns what the back end stores (depth, features)."""
+    from dataclasses import fields
+
+    from lingbot_ros.loop.config import LoopConfig
+    set_by = {p.attribute for p in PARAMS if p.field.startswith("loop.")}
+    assert {f.name for f in fields(LoopConfig)} <= set_by
+    assert build_settings({}).loop == LoopConfig() and not LoopConfig().enable
+    s = build_settings({"loop.enable": True, "loop.top_k": 3, "publish.depth_rate_hz": 0.0})
+    assert s.loop.enable and s.loop.top_k == 3 and s.session.return_depth
+    if "return_features" in {f.name for f in fields(SessionConfig)}:
+        assert s.session.return_features
+    with pytest.raises(ValueError, match="loop.min_inlier_fraction"):
+        build_settings({"loop.min_inlier_fraction": 0.0})

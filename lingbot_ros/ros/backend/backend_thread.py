@@ -1,0 +1,275 @@
+"""BackendThread: the loop-closure back end (``LoopBackend``, lingbot_ros/loop/) on a thread
+of its own, fed by the worker's committed keyframes, never in the camera's way.
+
+The worker hands each published keyframe in (``offer``: an append under a condition, O(1),
+never a wait); this thread turns it into a ``KeyframeInput`` and offers it to the back end,
+which owns the place database, the verification (a model step on a pair per candidate) and
+the pose graph. Only this thread calls the back end (it is single-threaded, docs/loop.md);
+a reset, a load or a snapshot waits for the keyframe in hand, then runs here under the same
+lock.
+
+Nothing is lost: the queue bounds *verification*, not keyframes. At most ``queue_size``
+keyframes wait to be verified; a keyframe that arrives beyond them is still queued, but
+marked unverified: the back end adds it to the database and the graph (their continuity
+needs every keyframe) without running the model on its candidates, counted ``busy``. An
+unverified offer costs a descriptor and a graph node (milliseconds), so that backlog drains
+far faster than keyframes come; its high-water mark is on /diagnostics.
+
+What the others read is one frozen ``BackendFacts`` (counts, the current T_map_odom, the
+last loop), replaced whole after each keyframe (a reference swap, as ``FactsBoard``): the
+worker reads its correction for each frame's outputs, /diagnostics its counts. An accepted
+loop goes to ``on_loops`` (``LoopOutputs``: ~/loop_closures, ~/path, the map) on this thread.
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Callable, NamedTuple, Optional
+
+import numpy as np
+
+from ...loop.backend_types import REJECT_REASONS, LoopCounts, LoopEvent
+from .corrections import metric_result
+
+__all__ = ["BackendFacts", "BackendThread", "STATE_VERSION"]
+
+STATE_VERSION = 1  # of ``BackendThread.state_dict``'s own keys around the back end's state
+
+
+@dataclass(frozen=True)
+class BackendFacts:
+    """The back end's facts after a keyframe (immutable: safe to read from any thread)."""
+
+    # (4, 4) T_map_odom in the front end's world, the outputs' units (corrections.py)
+    correction: np.ndarray = field(default_factory=lambda: np.eye(4), repr=False)
+    counts: LoopCounts = LoopCounts()
+    last_loop: Optional[LoopEvent] = None
+    loops: int = 0  # accepted loops so far (this stream)
+    queued: int = 0  # keyframes waiting now
+    busy: int = 0  # keyframes added unverified: the verification queue was full
+    backlog_max: int = 0  # the most keyframes ever waiting (the unverified ones included)
+    failures: int = 0  # keyframes the back end could not take (the reason: last_error)
+    last_error: str = ""
+
+    def info(self) -> dict:
+        """/diagnostics key/values (``loop_*``)."""
+        c = self.counts
+        out = {"loop_keyframes": c.keyframes, "loop_kept": c.kept,
+               "loop_candidates": c.candidates, "loop_verified": c.verified,
+               "loop_accepted": c.accepted, "loop_closures": self.loops,
+               "loop_queued": self.queued,
+               "loop_busy": self.busy, "loop_backlog_max": self.backlog_max,
+               "loop_failures": self.failures}
+        out.update({f"loop_rejected_{r}": int(c.rejected.get(r, 0)) for r in REJECT_REASONS})
+        if self.last_error:
+            out["loop_last_error"] = self.last_error
+        if self.last_loop is not None:
+            e = self.last_loop
+            out["loop_last"] = (f"keyframe {e.keyframe_id} -> {e.matched_id}: jump "
+                                f"{e.jump_m:.3f} / {e.jump_deg:.2f} deg, inliers "
+                                f"{e.inlier_fraction:.2f}")
+        return out
+
+
+class _Item(NamedTuple):
+    result: object  # the FrameResult (features, depth, image), as the session gave it
+    chain: object  # its FrameChain (the frames its outputs went out in)
+    metres_per_unit: Optional[float]  # its scale when the back end works in metres
+    verify: bool
+    generation: int
+
+
+LoopsHandler = Callable[[tuple, object, object, dict], None]  # (events, backend, chain, stamps)
+
+
+class BackendThread:
+    def __init__(self, make_backend: Callable[[], object],
+                 keyframe_input: Callable[[object], object], *, queue_size: int, log,
+                 on_loops: Optional[LoopsHandler] = None) -> None:
+        """``make_backend()``: a fresh ``LoopBackend`` (a new stream, a reset, a load);
+        ``keyframe_input``: ``loop.backend.keyframe_input`` (a ``FrameResult`` into a
+        ``KeyframeInput``); ``queue_size``: keyframes waiting for verification, at most."""
+        if queue_size < 1:
+            raise ValueError(f"queue_size must be >= 1, got {queue_size!r}")
+        self._make_backend = make_backend
+        self._keyframe_input = keyframe_input
+        self._queue_size = queue_size
+        self._log = log
+        self._on_loops = on_loops
+        self._cv = threading.Condition()  # the queue, the generation, the stop flag
+        self._queue: deque[_Item] = deque()
+        self._verify_waiting = 0  # items in the queue with verify set
+        self._generation = 0  # a reset or load: items queued before it are dropped
+        self._stopping = False
+        self._lock = threading.Lock()  # the back end: this thread's keyframe vs reset/load/save
+        self._backend = make_backend()
+        self._stamps: dict[int, int] = {}  # keyframe id -> stamp ns (~/path's rebuild)
+        self._facts = BackendFacts()
+        self._thread: Optional[threading.Thread] = None
+
+    # -- any thread ----------------------------------------------------------------------------
+    def facts(self) -> BackendFacts:
+        return self._facts
+
+    def set_on_loops(self, on_loops: Optional[LoopsHandler]) -> None:
+        """Where accepted loops go (the outputs while active; None: counted only); waits
+        for the keyframe in hand, so a deactivate never pulls the outputs from under it."""
+        with self._lock:
+            self._on_loops = on_loops
+
+    # -- the worker's side ---------------------------------------------------------------------
+    def offer(self, result, chain, metres_per_unit: Optional[float] = None) -> bool:
+        """Queue a committed keyframe (never waits for the back end); True when it will be
+        verified, False when it goes in unverified (``busy``: the verification queue is full)."""
+        with self._cv:
+            verify = self._verify_waiting < self._queue_size
+            self._queue.append(_Item(result, chain, metres_per_unit, verify, self._generation))
+            self._verify_waiting += verify
+            facts = self._facts
+            self._facts = replace(facts, queued=len(self._queue),
+                                  busy=facts.busy + (not verify),
+                                  backlog_max=max(facts.backlog_max, len(self._queue)))
+            self._cv.notify()
+        return verify
+
+    # -- the stream's side (reset, load, save: the stream's lock is held by the caller) ------
+    def reset(self) -> None:
+        """A new stream: the keyframes waiting are dropped, a fresh back end (identity)."""
+        with self._cv:
+            self._drop_queue()
+        with self._lock:
+            self._backend = self._make_backend()
+            self._stamps = {}
+            with self._cv:
+                self._facts = BackendFacts()
+
+    def state_dict(self) -> dict:
+        """The back end's state for a stream snapshot (JSON values and numpy arrays). The
+        keyframes still waiting go in first, unverified: the snapshot covers every keyframe
+        the stream committed."""
+        with self._cv:
+            items = list(self._queue)
+            self._drop_queue()
+        with self._lock:
+            for item in items:
+                self._step(item._replace(verify=False))
+            ids = np.array(sorted(self._stamps), np.int64)
+            return {"version": STATE_VERSION, "backend": self._backend.state_dict(),
+                    "keyframe_ids": ids,
+                    "keyframe_stamps_ns": np.array([self._stamps[i] for i in ids], np.int64),
+                    "correction": np.array(self._facts.correction, np.float64),
+                    "loops": self._facts.loops}
+
+    def prepare_load(self, state) -> tuple:
+        """A fresh back end holding ``state`` (what ``state_dict`` gave), without touching
+        the running one: ValueError (the reason) for a state it cannot continue. Call it
+        before the stream is restored, then ``adopt`` the result."""
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise ValueError(f"the back end's state is not version {STATE_VERSION} of "
+                             "BackendThread.state_dict")
+        try:
+            backend = self._make_backend()
+            backend.load_state_dict(state["backend"])
+            ids = np.asarray(state["keyframe_ids"], np.int64).reshape(-1)
+            stamps = np.asarray(state["keyframe_stamps_ns"], np.int64).reshape(-1)
+            correction = np.asarray(state["correction"], np.float64)
+            loops = int(state["loops"])
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"the back end's state is incomplete: {exc}") from None
+        if ids.shape != stamps.shape or correction.shape != (4, 4) \
+                or not np.isfinite(correction).all():
+            raise ValueError("the back end's state has mismatched keyframe stamps or a bad "
+                             "correction")
+        return backend, dict(zip(ids.tolist(), stamps.tolist())), correction, loops
+
+    def adopt(self, prepared: Optional[tuple]) -> None:
+        """Continue from ``prepare_load``'s result (None: a fresh back end, as ``reset``)."""
+        if prepared is None:
+            self.reset()
+            return
+        backend, stamps, correction, loops = prepared
+        with self._cv:
+            self._drop_queue()
+        with self._lock:
+            self._backend, self._stamps = backend, stamps
+            with self._cv:
+                self._facts = BackendFacts(correction=correction, counts=backend.counts,
+                                           loops=loops)
+
+    # -- the thread ----------------------------------------------------------------------------
+    def start(self) -> None:
+        with self._cv:
+            self._stopping = False
+        self._thread = threading.Thread(target=self._work, name="lingbot_backend", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop after the keyframe in hand; those still waiting stay queued (a later
+        ``start`` or ``state_dict`` takes them)."""
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=timeout)
+            self._thread = None
+
+    def run_once(self, timeout: float = 0.1) -> bool:
+        """Take one keyframe (waiting at most ``timeout`` s) and offer it to the back end;
+        False when none was waiting. (The thread loops on this; a test may call it.)"""
+        with self._cv:
+            if not self._queue:
+                self._cv.wait(timeout)
+            if not self._queue:
+                return False
+            item = self._queue.popleft()
+            self._verify_waiting -= item.verify
+            self._facts = replace(self._facts, queued=len(self._queue))
+        with self._lock:
+            if item.generation == self._generation:
+                self._step(item)
+        return True
+
+    def _work(self) -> None:
+        while True:
+            with self._cv:
+                if self._stopping:
+                    return
+            self.run_once()
+
+    def _step(self, item: _Item) -> None:
+        """One keyframe into the back end (under ``_lock``); a failure is counted, never
+        raised: the thread goes on with the next keyframe."""
+        try:
+            kf = self._keyframe_input(metric_result(item.result, item.metres_per_unit))
+            step = self._backend.offer(kf, verify=item.verify)
+        except Exception as exc:  # noqa: BLE001 -- a bad keyframe, a pair that failed
+            error = f"{type(exc).__name__}: {exc}"
+            with self._cv:
+                self._facts = replace(self._facts, failures=self._facts.failures + 1,
+                                      last_error=error)
+            self._log.error(f"loop back end: keyframe {getattr(item.result, 'index', '?')} "
+                            f"not taken: {error}")
+            return
+        self._stamps[int(kf.keyframe_id)] = int(kf.stamp_ns)
+        loops = tuple(step.loops)
+        with self._cv:  # the worker's offer replaces the facts too (queued, busy)
+            facts = self._facts
+            self._facts = replace(
+                facts, correction=np.array(step.correction, np.float64),
+                counts=self._backend.counts, loops=facts.loops + len(loops),
+                last_loop=loops[-1] if loops else facts.last_loop)
+        on_loops = self._on_loops
+        if loops and on_loops is not None:
+            try:
+                on_loops(loops, self._backend, item.chain, dict(self._stamps))
+            except Exception as exc:  # noqa: BLE001 -- a publisher went away: logged
+                self._log.error(f"loop back end: publishing loop: {type(exc).__name__}: {exc}")
+
+    def _drop_queue(self) -> None:
+        """(under ``_cv``) Forget the keyframes waiting; a new generation."""
+        self._queue.clear()
+        self._verify_waiting = 0
+        self._generation += 1
+        self._facts = replace(self._facts, queued=0)
+
