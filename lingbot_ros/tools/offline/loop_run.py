@@ -27,6 +27,7 @@ import numpy as np
 
 from ...geometry import read_tum, read_tum_header, write_atomic, write_tum
 from ...loop.config import LoopConfig
+from ...scale import ScaleConfig
 from ...loop.graph_record import (GraphRecordError, corrected_poses, read_graph_record,
                                   record_of, replay, scaled, write_graph_record)
 from ..metrics.trajectory import evaluate
@@ -106,7 +107,9 @@ def check_loop_options(run) -> None:
     if getattr(run, "save_map", None):
         from ...loop.map_folder import check_replaceable
         check_replaceable(Path(run.save_map))  # MapNotReplaced: not a map of ours
-    if getattr(run, "localize_in", None) and parse_scale(run.scale or "none").source == "none":
+    choice = parse_scale(getattr(run, "scale", None) or "none")
+    metric = ScaleConfig(source=choice.source, factor=choice.factor or 1.0).metric
+    if getattr(run, "localize_in", None) and not metric:
         raise BadRunOptions("--localize-in needs a metric --scale (the stored map is in "
                             "metres): e.g. --scale depth")
     if getattr(run, "loop_closure", False) or getattr(run, "localize_in", None):
