@@ -10,14 +10,15 @@ what the window forgets and corrects it, for the node and the offline runner ali
 * ``place_db.py``: ``PlaceDatabase``, the keyframe database: per kept keyframe its stamp,
   stream pose, segment, descriptor, a compact image and a downsampled depth (checked and
   compacted by ``place_inputs.py``); spatial thinning; top-k retrieval that skips recent
-  and excluded keyframes; snapshots;
+  and excluded keyframes; snapshots (their format and checks: ``place_db_state.py``);
 * ``pose_graph.py``: the pose graph over keyframes (GTSAM): the front end's relative
   motions, rollover alignments and accepted loops (robust kernel), optimised incrementally;
-  ``graph_types.py``: its inputs and results (numpy);
+  ``graph_types.py``: its inputs and results (numpy); ``graph_state.py``: its state (the
+  snapshot's format and checks) and the rebuild when GTSAM fails (numpy);
 * ``verify.py``: verification of a candidate: the pair's outputs tied to the map's scale,
-  a Sim(3) loop measurement, its gates and the confirmation of two; ``pair_runner.py``:
-  the model on the pair, a fresh two-frame session that the caller makes (loop/ imports
-  neither the session nor torch);
+  a Sim(3) loop measurement and its gates; ``confirm.py``: the confirmation of two
+  (``LoopConfirmation``); ``pair_runner.py``: the model on the pair, a fresh two-frame
+  session that the caller makes (loop/ imports neither the session nor torch);
 * ``place_map.py``: ``PlaceMap``, a stored place map (the keyframes at their optimised poses,
   in metres once the scale is locked) and its folder format (``map_folder.py``: our marker,
   the manifest's and each file's SHA-256, the atomic replace of our own folder only);

@@ -30,14 +30,15 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 
-from ..geometry import rotation_angle
+from ..geometry import check_rigid, rotation_angle
 from .backend_state import checked_backend_state, events_state
 from .backend_types import REJECT_REASONS, BackendStep, KeyframeInput, LoopCounts, LoopEvent
 from .config import LoopConfig
-from .graph_types import EdgeSigmas, check_id, check_int, check_rigid
+from .confirm import LoopConfirmation
+from .graph_types import ROTATION_TOL, EdgeSigmas, check_id, check_int
 from .place_db import PlaceCandidate, PlaceDatabase, PlaceKeyframe
 from .place_descriptor import place_descriptor
-from .verify import LoopConfirmation, LoopVerifier, PairOutputs, VerifyResult
+from .verify import LoopVerifier, PairOutputs, VerifyResult
 
 __all__ = ["LoopBackend", "PairFn", "keyframe_input", "loop_sigmas", "STATE_SCHEMA"]
 
@@ -189,7 +190,7 @@ class LoopBackend:
             raise ValueError(f"keyframe {kid}: stamp {stamp} ns, segment {segment} after "
                              f"{self._last[0]} ns, segment {self._last[1]} (stream order; "
                              f"a reset starts a new back end)")
-        pose = _read_only(check_rigid(kf.T_odom_cam, "T_odom_cam"))
+        pose = _read_only(check_rigid(kf.T_odom_cam, "T_odom_cam", tol=ROTATION_TOL))
         K = np.array(kf.K_model, dtype=np.float64) if isinstance(kf.K_model, np.ndarray) \
             else None
         if K is None or K.shape != (3, 3) or not np.isfinite(K).all() \
@@ -285,7 +286,7 @@ class LoopBackend:
         (at or after the newest keyframe); identity before the first loop."""
         result = self._graph.result
         if result is None:
-            check_rigid(T_odom_cam, "T_odom_cam")
+            check_rigid(T_odom_cam, "T_odom_cam", tol=ROTATION_TOL)
             return np.eye(4)
         return result.correction_at(T_odom_cam)
 
@@ -293,7 +294,7 @@ class LoopBackend:
         """The rigid pose (4, 4) in the map of a frame whose front-end pose is
         ``T_odom_cam`` (at or after the newest keyframe)."""
         result = self._graph.result
-        return check_rigid(T_odom_cam, "T_odom_cam") if result is None \
+        return check_rigid(T_odom_cam, "T_odom_cam", tol=ROTATION_TOL) if result is None \
             else result.map_pose(T_odom_cam)
 
     def _map_pose_of(self, kid: int) -> tuple[np.ndarray, float]:

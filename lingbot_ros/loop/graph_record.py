@@ -21,10 +21,10 @@ from typing import Optional
 
 import numpy as np
 
-from ..geometry import rigid_inverse, write_atomic
+from ..geometry import check_rigid, rigid_inverse, write_atomic
 from ..geometry.file_rules import read_regular
 from .config import LoopConfig
-from .graph_types import EdgeSigmas, GraphResult, check_rigid, check_similarity
+from .graph_types import ROTATION_TOL, EdgeSigmas, GraphResult, check_similarity
 
 __all__ = ["GraphRecord", "RecordedLoop", "GraphRecordError", "RECORD_FORMAT", "record_of",
            "scaled", "write_graph_record", "read_graph_record", "replay", "corrected_poses"]
@@ -154,7 +154,7 @@ def read_graph_record(path) -> GraphRecord:
         segments = tuple(_int(k["segment"]) for k in kfs)
         poses = np.array([_matrix(k["pose"]) for k in kfs], dtype=np.float64).reshape(-1, 4, 4)
         for i, p in zip(ids, poses):
-            check_rigid(p, f"pose of keyframe {i}")
+            check_rigid(p, f"pose of keyframe {i}", tol=ROTATION_TOL)
         rec_loops = tuple(RecordedLoop(
             _int(lp["id_a"]), _int(lp["id_b"]),
             check_similarity(_matrix(lp["T_a_b"]), "T_a_b"),

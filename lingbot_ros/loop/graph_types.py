@@ -1,7 +1,8 @@
 """The pose graph's inputs and results, numpy only (``pose_graph.py`` holds the graph and
 GTSAM): ``EdgeSigmas`` (one edge's standard deviations), ``LoopResidual`` and
 ``GraphResult`` (what ``PoseGraph.optimize`` returns, frozen), and the checks of ids and
-transforms that give a clear ValueError on bad input."""
+similarities that give a clear ValueError on bad input (rigid poses: ``ROTATION_TOL`` with
+``lingbot_ros.geometry.check_rigid``)."""
 from __future__ import annotations
 
 import math
@@ -10,12 +11,14 @@ from typing import Mapping
 
 import numpy as np
 
-from ..geometry import as_transforms, rigid_inverse
+from ..geometry import as_transforms, check_rigid, rigid_inverse
 
-__all__ = ["EdgeSigmas", "LoopResidual", "GraphResult", "PoseGraphError", "check_int",
-           "check_id", "check_matrix", "check_rigid", "check_similarity"]
+__all__ = ["EdgeSigmas", "LoopResidual", "GraphResult", "PoseGraphError", "ROTATION_TOL",
+           "check_int", "check_id", "check_matrix", "check_similarity"]
 
-ROTATION_TOL = 1e-5  # how far from orthonormal a rotation may be (max |R^T R - I|)
+# how far from orthonormal a rotation may be (max |R^T R - I|): the similarities here, and
+# every rigid pose the back end takes (lingbot_ros.geometry.check_rigid(..., tol=ROTATION_TOL))
+ROTATION_TOL = 1e-5
 
 
 class PoseGraphError(ValueError):
@@ -87,7 +90,7 @@ class GraphResult:
     def map_pose(self, T_odom_x) -> np.ndarray:
         """The rigid map pose (4, 4) of a frame whose front-end pose is ``T_odom_x`` (rigid,
         (4, 4), at or after the newest keyframe): ``correction_sim3`` applied to it."""
-        m = check_rigid(T_odom_x, "T_odom_x")
+        m = check_rigid(T_odom_x, "T_odom_x", tol=ROTATION_TOL)
         out = self.correction_sim3 @ m
         out[:3, :3] /= self.correction_scale
         return out
@@ -95,7 +98,8 @@ class GraphResult:
     def correction_at(self, T_odom_x) -> np.ndarray:
         """The rigid ``map -> odom`` (4, 4) at a frame whose front-end pose is ``T_odom_x``:
         ``map_pose(T_odom_x) @ inverse(T_odom_x)``."""
-        return self.map_pose(T_odom_x) @ rigid_inverse(check_rigid(T_odom_x, "T_odom_x"))
+        pose = check_rigid(T_odom_x, "T_odom_x", tol=ROTATION_TOL)
+        return self.map_pose(pose) @ rigid_inverse(pose)
 
 
 def check_int(value, name: str) -> int:
@@ -123,17 +127,6 @@ def check_matrix(T, name: str) -> np.ndarray:
     if np.abs(m[3] - (0.0, 0.0, 0.0, 1.0)).max() > 1e-9:
         raise ValueError(f"{name}: its last row must be [0, 0, 0, 1], got {m[3].tolist()}")
     return m.copy()
-
-
-def check_rigid(T, name: str) -> np.ndarray:
-    """A (4, 4) rigid transform, checked: ValueError naming ``name`` otherwise."""
-    m = check_matrix(T, name)
-    r = m[:3, :3]
-    off = float(np.abs(r.T @ r - np.eye(3)).max())
-    if off > ROTATION_TOL or np.linalg.det(r) <= 0:
-        raise ValueError(f"{name} is not a rigid transform (R^T R - I up to {off:.2g}, "
-                         f"det {np.linalg.det(r):.4g}; expected a rotation)")
-    return m
 
 
 def check_similarity(T, name: str) -> np.ndarray:

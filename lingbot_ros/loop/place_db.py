@@ -19,7 +19,7 @@ pixel, float16).
   the query quantised alike, so every dot product is an exact integer) and a top-k
   selection (block maxima bound the k-th score; a few rows are then sorted).
 * **Snapshots**: ``state_dict()`` / ``load_state_dict(state)``, JSON values and numpy arrays,
-  a bit-identical round trip.
+  a bit-identical round trip (the format and its checks: ``place_db_state.py``).
 
 Not thread safe (a query reuses scratch buffers): one thread, the back end's, owns it.
 Numpy and lingbot_ros.geometry only.
@@ -31,23 +31,19 @@ from typing import Iterable, Optional
 
 import numpy as np
 
+from ..geometry import check_rigid
 from ..geometry.poses import rotation_angle
 from .config import LoopConfig
+from .place_db_state import COLUMNS, STATE_SCHEMA, checked_state
 from .place_descriptor import DESCRIPTOR_DIM, DESCRIPTOR_VERSION
-from .place_inputs import (bytes_per_keyframe, checked_integer, checked_rigid, compact_depth,
-                           compact_image, stored_depth_shape, stored_image_shape,
-                           unit_descriptor)
+from .place_inputs import (POSE_TOL, bytes_per_keyframe, checked_integer, compact_depth,
+                           compact_image, unit_descriptor)
 
 __all__ = ["AddOutcome", "PlaceCandidate", "PlaceDatabase", "PlaceKeyframe", "STATE_SCHEMA",
            "bytes_per_keyframe"]
 
-STATE_SCHEMA = 1  # of PlaceDatabase.state_dict()
 _BLOCK = 4096  # rows per block of a query: 4 MiB of float32 scratch, cache-sized
 _POOL_BLOCK = 64  # scores per block of the top-k pre-selection (_pool)
-# name -> (shape of one row, dtype): the columns, grown together by doubling
-_COLUMNS = {"ids": ((), np.int64), "stamps_ns": ((), np.int64), "segments": ((), np.int64),
-            "poses": ((4, 4), np.float64), "codes": ((DESCRIPTOR_DIM,), np.int8),
-            "scales": ((), np.float32)}
 _NEIGHBOURS = [(i, j, k) for i in (-1, 0, 1) for j in (-1, 0, 1) for k in (-1, 0, 1)]
 
 
@@ -117,7 +113,7 @@ class PlaceDatabase:
 
     def _clear(self) -> None:
         self._n = 0
-        self._cols = {k: np.empty((0,) + shape, dtype) for k, (shape, dtype) in _COLUMNS.items()}
+        self._cols = {k: np.empty((0,) + shape, dtype) for k, (shape, dtype) in COLUMNS.items()}
         self._scores = np.empty(0, np.float32)
         self._images: list[np.ndarray] = []
         self._depths: list[np.ndarray] = []
@@ -150,7 +146,10 @@ class PlaceDatabase:
         kid = checked_integer(keyframe_id, "keyframe_id")
         stamp = checked_integer(stamp_ns, "stamp_ns")
         seg = checked_integer(segment, "segment", low=0)
-        m = checked_rigid(pose)
+        if not isinstance(pose, np.ndarray):  # numpy inputs only, as the image's and depth's
+            raise ValueError(f"pose must be a numpy (4, 4) transform, got "
+                             f"{type(pose).__name__}")
+        m = check_rigid(pose, "pose", tol=POSE_TOL, last_row_tol=0.0)
         unit = unit_descriptor(descriptor)
         small_image = compact_image(image, self.image_stride)
         small_depth = compact_depth(depth, self.depth_stride)
@@ -293,13 +292,13 @@ class PlaceDatabase:
     def load_state_dict(self, state) -> None:
         """Continue a saved database (thinning under this one's thresholds); ValueError, and
         nothing changed, for a state of another descriptor, strides or a malformed one."""
-        loaded = _checked_state(state, self.image_stride, self.depth_stride)
+        loaded = checked_state(state, self.image_stride, self.depth_stride)
         saved_scratch = self._scratch
         self._clear()
         self._scratch = saved_scratch
         n = len(loaded["ids"])
         self._grow(n)
-        for name in _COLUMNS:
+        for name in COLUMNS:
             self._cols[name][:n] = loaded[name]
         self._n = n
         self.offered, self.thinned = loaded["offered"], loaded["thinned"]
@@ -326,55 +325,3 @@ def _pool(scores: np.ndarray, k: int) -> np.ndarray:
     if threshold == -np.inf:  # too few blocks, or fewer than k with an eligible row
         return np.flatnonzero(scores > -np.inf)
     return np.flatnonzero(scores >= threshold)
-
-
-def _checked_state(state, image_stride: int, depth_stride: int) -> dict:
-    """A saved database's arrays, checked, with its images and depths split per keyframe."""
-    if not isinstance(state, dict):
-        raise ValueError(f"a place database state must be a dict, got {type(state).__name__}")
-    expected = {"schema": STATE_SCHEMA, "descriptor": DESCRIPTOR_VERSION, "dim": DESCRIPTOR_DIM,
-                "image_stride": image_stride, "depth_stride": depth_stride}
-    for key, value in expected.items():
-        if state.get(key) != value:
-            raise ValueError(f"the place database state has {key} {state.get(key)!r}; this "
-                             f"database needs {value!r}")
-    out = {key: checked_integer(state.get(key), f"state {key}", low=0) for key in ("offered",
-                                                                             "thinned")}
-    arrays = dict(_COLUMNS, image_hw=((2,), np.int64), depth_hw=((2,), np.int64))
-    n = len(state["ids"]) if isinstance(state.get("ids"), np.ndarray) else -1
-    for name, (shape, dtype) in arrays.items():
-        a = state.get(name)
-        if not isinstance(a, np.ndarray) or a.dtype != dtype or a.shape != (n,) + shape:
-            raise ValueError(f"the place database state's {name} must be {np.dtype(dtype)} "
-                             f"{(n,) + shape}, got {getattr(a, 'dtype', type(a).__name__)} "
-                             f"{getattr(a, 'shape', '')}")
-        out[name] = a
-    if len(np.unique(out["ids"])) != n:
-        raise ValueError("the place database state has repeated keyframe ids")
-    checked_rigid(out["poses"], "the place database state's poses")
-    if (out["segments"] < 0).any() or not (np.isfinite(out["scales"])
-                                           & (out["scales"] > 0)).all():
-        raise ValueError("the place database state has negative segments or bad scales")
-    if (out["image_hw"] < image_stride).any() or (out["depth_hw"] < 1).any():
-        raise ValueError("the place database state has image or depth sizes below a stride")
-    image_shapes = [stored_image_shape(hw, image_stride) for hw in out["image_hw"]]
-    depth_shapes = [stored_depth_shape(hw, depth_stride) for hw in out["depth_hw"]]
-    out["image_list"] = _split(state.get("images"), np.uint8, image_shapes, "images")
-    out["depth_list"] = _split(state.get("depths"), np.float16, depth_shapes, "depths")
-    out["hw"] = [((int(a), int(b)), (int(c), int(d)))
-                 for (a, b), (c, d) in zip(out["image_hw"], out["depth_hw"])]
-    return out
-
-
-def _split(flat, dtype, shapes, name: str) -> list[np.ndarray]:
-    """A flat array -> read-only arrays of ``shapes`` (one copy of the whole, then views)."""
-    sizes = [int(np.prod(s)) for s in shapes]
-    if not isinstance(flat, np.ndarray) or flat.dtype != dtype or flat.shape != (sum(sizes),):
-        raise ValueError(f"the place database state's {name} must be {np.dtype(dtype)} "
-                         f"({sum(sizes)},), got {getattr(flat, 'dtype', type(flat).__name__)} "
-                         f"{getattr(flat, 'shape', '')}")
-    whole = _read_only(flat.copy())
-    if whole.dtype.kind == "f" and not np.isfinite(whole).all():
-        raise ValueError(f"the place database state's {name} has non-finite values")
-    ends = np.cumsum([0] + sizes)
-    return [whole[a:b].reshape(s) for a, b, s in zip(ends[:-1], ends[1:], shapes)]

@@ -1,11 +1,13 @@
 """The keyframe database's inputs, checked and made compact (``place_db.py``).
 
 Every input of ``PlaceDatabase.add`` is checked here, with a ValueError naming what is wrong:
-integers (ids, stamps in ns: never a float), a rigid 4x4 pose, a finite non-zero descriptor
-of ``DESCRIPTOR_DIM``. The image and depth become what is kept: the uint8 image averaged over
-``stride`` x ``stride`` blocks (rounded; an area mean, so no aliasing), the depth's every
-``stride``-th pixel as float16 (a sample, not a mean: a mean across a depth edge would invent
-a surface). ``bytes_per_keyframe`` states what one kept keyframe holds. Numpy only.
+integers (ids, stamps in ns: never a float), a finite non-zero descriptor of
+``DESCRIPTOR_DIM``; its pose is checked rigid to ``POSE_TOL`` by
+``lingbot_ros.geometry.check_rigid``. The image and depth become what is kept: the uint8
+image averaged over ``stride`` x ``stride`` blocks (rounded; an area mean, so no aliasing),
+the depth's every ``stride``-th pixel as float16 (a sample, not a mean: a mean across a
+depth edge would invent a surface). ``bytes_per_keyframe`` states what one kept keyframe
+holds. Numpy only.
 """
 from __future__ import annotations
 
@@ -15,11 +17,14 @@ import numpy as np
 
 from .place_descriptor import DESCRIPTOR_DIM
 
-__all__ = ["bytes_per_keyframe", "checked_integer", "checked_rigid", "compact_depth",
+__all__ = ["POSE_TOL", "bytes_per_keyframe", "checked_integer", "compact_depth",
            "compact_image", "stored_depth_shape", "stored_image_shape", "unit_descriptor"]
 
 _INT64 = (-(1 << 63), 1 << 63)
 _FLOAT16_MAX = float(np.finfo(np.float16).max)
+# A kept pose is rigid (lingbot_ros.geometry.check_rigid) with |R^T R - I| at most this and
+# its last row exactly [0, 0, 0, 1] (last_row_tol 0).
+POSE_TOL = 1e-4
 
 
 def stored_image_shape(hw, stride: int) -> tuple[int, int, int]:
@@ -50,24 +55,6 @@ def checked_integer(value, name: str, low: int = _INT64[0]) -> int:
     if not low <= int(value) < _INT64[1]:
         raise ValueError(f"{name} must be in [{low}, 2**63), got {value}")
     return int(value)
-
-
-def checked_rigid(pose, name: str = "pose") -> np.ndarray:
-    """``pose`` (..., 4, 4) as float64: finite, rotation part orthonormal to 1e-4 with
-    det > 0, last row exactly [0, 0, 0, 1]."""
-    m = np.asarray(pose, dtype=np.float64) if isinstance(pose, np.ndarray) else None
-    if m is None or m.shape[-2:] != (4, 4):
-        shape = getattr(pose, "shape", type(pose).__name__)
-        raise ValueError(f"{name} must be a numpy (4, 4) transform, got {shape}")
-    if not np.isfinite(m).all():
-        raise ValueError(f"{name} has non-finite values")
-    r = m[..., :3, :3]
-    off = np.abs(np.swapaxes(r, -1, -2) @ r - np.eye(3)).max(initial=0.0)
-    if (off > 1e-4 or (np.linalg.det(r) <= 0).any()
-            or np.abs(m[..., 3, :] - [0, 0, 0, 1]).max(initial=0.0) > 0):
-        raise ValueError(f"{name} must be rigid ([R t; 0 0 0 1], R a rotation; |R^T R - I| "
-                         f"= {off:.2g})")
-    return m
 
 
 def unit_descriptor(descriptor, name: str = "descriptor") -> np.ndarray:

@@ -36,6 +36,7 @@ from typing import Mapping, Optional
 
 import numpy as np
 
+from ..geometry import check_rigid
 from ..geometry.atomic_file import write_new_file
 from .config import LoopConfig
 from .map_folder import (FORMAT, FORMAT_VERSION, MANIFEST, MapNotReplaced, PlaceMapError,
@@ -43,7 +44,7 @@ from .map_folder import (FORMAT, FORMAT_VERSION, MANIFEST, MapNotReplaced, Place
                          read_marked_manifest, sweep_stale)
 from .place_db import STATE_SCHEMA, PlaceDatabase
 from .place_descriptor import DESCRIPTOR_DIM, DESCRIPTOR_VERSION
-from .place_inputs import checked_rigid, stored_depth_shape, stored_image_shape
+from .place_inputs import POSE_TOL, stored_depth_shape, stored_image_shape
 
 __all__ = ["PlaceMap", "PlaceMapError", "MapNotReplaced", "UNITS", "write_place_map",
            "read_place_map", "place_map_from", "database_from", "to_metres", "FORMAT",
@@ -121,7 +122,7 @@ class PlaceMap:
             object.__setattr__(self, name, _frozen(a))
         if len(np.unique(self.ids)) != n:
             raise ValueError("PlaceMap.ids has repeated keyframe ids")
-        checked_rigid(self.poses, "PlaceMap.poses")
+        check_rigid(self.poses, "PlaceMap.poses", tol=POSE_TOL, last_row_tol=0.0, batch=True)
         if not (np.isfinite(self.desc_scales) & (self.desc_scales > 0)).all() or (
                 self.segments < 0).any():
             raise ValueError("PlaceMap has negative segments or bad descriptor scales")

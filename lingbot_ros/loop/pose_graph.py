@@ -26,47 +26,31 @@ translation (3), log scale (1)):
 A prior pins the first keyframe (the gauge). :meth:`PoseGraph.optimize` feeds what was
 added since the last call to iSAM2 and returns a frozen :class:`GraphResult`; the state
 (:meth:`PoseGraph.state_dict`) keeps every input and the estimate, and a load rebuilds
-the graph at that estimate in one batch.
+the graph at that estimate in one batch. The state's format and checks, and the rebuild
+after GTSAM fails, are ``graph_state.py``'s (numpy only).
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Optional
 
 import gtsam
 import numpy as np
 
-from ..geometry import rigid_inverse, rotation_angle
+from ..geometry import check_rigid, rigid_inverse, rotation_angle
 from .config import LoopConfig
-from .graph_types import (EdgeSigmas, GraphResult, LoopResidual, PoseGraphError, check_id,
-                          check_int, check_rigid, check_similarity)
+from .graph_state import (EDGE_KINDS, INDETERMINATE, LOOP, ODOMETRY, ROLLOVER, STATE_VERSION,
+                          GraphEdge, GraphState, recover)
+from .graph_types import (ROTATION_TOL, EdgeSigmas, GraphResult, LoopResidual, PoseGraphError,
+                          check_id, check_int, check_similarity)
 
 __all__ = ["PoseGraph", "GraphResult", "LoopResidual", "EdgeSigmas", "PoseGraphError",
            "EDGE_KINDS", "STATE_VERSION", "INDETERMINATE"]
 
-ODOMETRY, ROLLOVER, LOOP = "odometry", "rollover", "loop"
-EDGE_KINDS = (ODOMETRY, ROLLOVER, LOOP)
-STATE_VERSION = 1  # of PoseGraph.state_dict()
 PRIOR_SIGMA = 1e-6  # the first keyframe's prior (the gauge), every tangent component
 RELINEARIZE_THRESHOLD = 0.01  # iSAM2: a variable whose delta exceeds this is relinearized
-INDETERMINATE = "indeterminate"  # rejected_loops' reason: GTSAM could not solve with them
-_EDGE_KEYS = ("edge_kinds", "edge_nodes", "edge_measured", "edge_sigmas", "edge_kernels",
-              "edge_robust_k")  # state_dict's per-edge fields
-
-
-@dataclass(frozen=True)
-class _Edge:
-    kind: str
-    a: int  # node indices
-    b: int
-    measured: np.ndarray  # (4, 4) Sim(3) [[s R, t], [0, 1]] of b in a
-    sigmas: np.ndarray  # (7,) tangent order
-    kernel: str  # "" (none), "huber", "cauchy"
-    robust_k: float
 
 
 class PoseGraph:
@@ -95,7 +79,7 @@ class PoseGraph:
         self._segments: list[int] = []
         self._front_end: list[np.ndarray] = []  # (4, 4) rigid T_world_kf as given
         self._initial: list[np.ndarray] = []  # (4, 4) Sim(3) initial value of each node
-        self._edges: list[_Edge] = []
+        self._edges: list[GraphEdge] = []
         self._fed_nodes = self._fed_edges = 0  # how many are in iSAM2
         self._estimate = np.zeros((0, 4, 4))  # (fed nodes, 4, 4) Sim(3) after the last
         self._result: Optional[GraphResult] = None
@@ -134,7 +118,7 @@ class PoseGraph:
         if kf_id in self._index:
             raise ValueError(f"keyframe {kf_id} is already in the pose graph")
         stamp_ns, segment = check_int(stamp_ns, "stamp_ns"), check_int(segment, "segment")
-        pose = check_rigid(T_world_kf, f"T_world_kf of keyframe {kf_id}")
+        pose = check_rigid(T_world_kf, f"T_world_kf of keyframe {kf_id}", tol=ROTATION_TOL)
         if self._ids and stamp_ns < self._stamps[-1]:
             raise ValueError(f"keyframe {kf_id}: stamp {stamp_ns} ns is older than keyframe "
                              f"{self._ids[-1]}'s {self._stamps[-1]} ns (stream order)")
@@ -147,7 +131,7 @@ class PoseGraph:
             kind = ODOMETRY if segment == self._segments[-1] else ROLLOVER
             sigmas = self._motion_sigmas(float(np.linalg.norm(rel[:3, 3])), kind,
                                          scale_sigma_log, rollover_sigmas)
-            edge = _Edge(kind, len(self._ids) - 1, len(self._ids), rel, sigmas, "", 0.0)
+            edge = GraphEdge(kind, len(self._ids) - 1, len(self._ids), rel, sigmas, "", 0.0)
             prev = len(self._ids) - 1
             base = self._estimate[prev] if prev < len(self._estimate) else self._initial[prev]
             initial = base @ rel  # the new node continues from its neighbour's estimate
@@ -171,8 +155,8 @@ class PoseGraph:
             c.loop_sigma_t_m, c.loop_sigma_deg, c.loop_sigma_log_scale)
         if not isinstance(sig, EdgeSigmas):
             raise ValueError(f"sigmas must be an EdgeSigmas, got {type(sig).__name__}")
-        self._edges.append(_Edge(LOOP, a, b, measured, sig.vector(), c.loop_robust_kernel,
-                                 float(c.loop_robust_k)))
+        self._edges.append(GraphEdge(LOOP, a, b, measured, sig.vector(),
+                                     c.loop_robust_kernel, float(c.loop_robust_k)))
 
     def _motion_sigmas(self, dist: float, kind: str, scale_sigma_log: Optional[float],
                        rollover: Optional[EdgeSigmas]) -> np.ndarray:
@@ -221,60 +205,15 @@ class PoseGraph:
         try:
             iterations = self._feed(len(self._ids), len(self._edges))
         except RuntimeError as err:  # GTSAM's IndeterminantLinearSystemException and kin
-            return self._recover(fed, err)
+            rebuilt, result, failure = recover(self, fed, err)  # graph_state.py
+            rebuilt._result = result  # the last good one on a failure: the caller holds it
+            self.__dict__.update(rebuilt.__dict__)
+            if failure is not None:
+                raise failure from err
+            return result
         elapsed = time.perf_counter() - start
         self._result = self._build_result(iterations, elapsed)
         return self._result
-
-    def _recover(self, fed: tuple[int, int], err: RuntimeError) -> GraphResult:
-        """GTSAM failed while feeding: its iSAM2 may hold part of the update. Rebuild it as
-        load_state_dict does (one batch at the last good estimate, ``fed`` nodes and edges)
-        without the loops added since, then optimize what else is new. No new loop, or
-        the rebuilt graph fails too: PoseGraphError, the graph back at its last good
-        optimize (its result kept, the new inputs pending)."""
-        why = " ".join(str(err).split())[:160]
-        drop = [j for j in range(fed[1], len(self._edges)) if self._edges[j].kind == LOOP]
-        if drop:
-            state = self._state(fed, drop)
-            state["rejected_loops"][INDETERMINATE] += len(drop)
-            fresh = PoseGraph(self.config, self.max_iterations)
-            try:
-                _load_into(fresh, state)
-                result = fresh.optimize()
-            except (RuntimeError, PoseGraphError) as again:
-                why = f"{why}; without its {len(drop)} new loop(s): {' '.join(str(again).split())}"
-            else:
-                pairs = tuple((self._ids[self._edges[j].a], self._ids[self._edges[j].b])
-                              for j in drop)
-                result = dataclasses.replace(result, rejected_loops=pairs)
-                fresh._result = result
-                self.__dict__.update(fresh.__dict__)
-                return result
-        back = PoseGraph(self.config, self.max_iterations)
-        try:
-            _load_into(back, self._state(fed, []))  # the last good graph: it solved before
-        except RuntimeError as worse:
-            raise PoseGraphError(f"pose graph: GTSAM could not solve the graph ({why}) nor "
-                                 f"rebuild its last good state ({worse}): load a snapshot")
-        back._result = self._result  # the same poses: keep the object the caller holds
-        self.__dict__.update(back.__dict__)
-        raise PoseGraphError(
-            f"pose graph: GTSAM could not solve the graph ({why}); "
-            + ("no loop was added since the last optimize" if not drop else
-               f"dropping the {len(drop)} loop(s) added since the last optimize did not help")
-            + "; the graph is back at its last optimize, the new inputs pending") from err
-
-    def _state(self, fed: tuple[int, int], drop: list[int]) -> dict:
-        """state_dict() as of ``fed`` (nodes, edges) fed, without the edges ``drop``."""
-        state = self.state_dict()
-        state["fed_nodes"], state["fed_edges"] = fed
-        state["estimate"] = state["estimate"][:fed[0]]  # (fed nodes, 4, 4) as last solved
-        dropped = set(drop)
-        keep = [j for j in range(len(self._edges)) if j not in dropped]
-        for key in _EDGE_KEYS:
-            col = state[key]
-            state[key] = [col[j] for j in keep] if isinstance(col, list) else col[keep]
-        return state
 
     def _feed(self, nodes: int, edges: int, start: Optional[np.ndarray] = None) -> int:
         """The nodes and edges not yet in iSAM2, up to ``nodes`` and ``edges``, into it
@@ -331,25 +270,12 @@ class PoseGraph:
 
     def state_dict(self) -> dict:
         """Every input, how many are in iSAM2 (``fed_nodes``, ``fed_edges``) and their
-        estimate (Sim(3), (fed_nodes, 4, 4)): JSON values and numpy arrays."""
-        e = self._edges
-        return {
-            "version": STATE_VERSION,
-            "ids": np.array(self._ids, dtype=np.int64),
-            "stamps_ns": np.array(self._stamps, dtype=np.int64),
-            "segments": np.array(self._segments, dtype=np.int64),
-            "front_end": np.array(self._front_end, dtype=np.float64).reshape(-1, 4, 4),
-            "initial": np.array(self._initial, dtype=np.float64).reshape(-1, 4, 4),
-            "edge_kinds": [x.kind for x in e],
-            "edge_nodes": np.array([(x.a, x.b) for x in e], dtype=np.int64).reshape(-1, 2),
-            "edge_measured": np.array([x.measured for x in e]).reshape(-1, 4, 4),
-            "edge_sigmas": np.array([x.sigmas for x in e]).reshape(-1, 7),
-            "edge_kernels": [x.kernel for x in e],
-            "edge_robust_k": np.array([x.robust_k for x in e], dtype=np.float64),
-            "fed_nodes": self._fed_nodes, "fed_edges": self._fed_edges,
-            "estimate": self._estimate.copy(),
-            "rejected_loops": dict(self._rejected),
-        }
+        estimate (Sim(3), (fed_nodes, 4, 4)): JSON values and numpy arrays
+        (``graph_state.GraphState``)."""
+        return GraphState(tuple(self._ids), tuple(self._stamps), tuple(self._segments),
+                          tuple(self._front_end), tuple(self._initial), tuple(self._edges),
+                          self._fed_nodes, self._fed_edges, self._estimate,
+                          self._rejected).to_dict()
 
     def load_state_dict(self, state: dict) -> None:
         """Rebuild from :meth:`state_dict`: the same nodes and edges into a fresh iSAM2 in one
@@ -359,61 +285,21 @@ class PoseGraph:
         linearization points were others). ValueError (and this graph unchanged) on a
         state that does not fit."""
         loaded = PoseGraph(self.config, self.max_iterations)
-        _load_into(loaded, state)
+        loaded._load(GraphState.from_dict(state))
         self.__dict__.update(loaded.__dict__)
 
-
-def _load_into(g: PoseGraph, state: dict) -> None:
-    if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-        got = state.get("version") if isinstance(state, dict) else type(state).__name__
-        raise ValueError(f"pose graph state: version {got!r}, expected {STATE_VERSION}")
-    try:
-        ids = np.asarray(state["ids"], dtype=np.int64).reshape(-1)
-        n, m = len(ids), len(state["edge_kinds"])
-        cols = {"stamps_ns": (n,), "segments": (n,), "front_end": (n, 4, 4),
-                "initial": (n, 4, 4), "edge_nodes": (m, 2), "edge_measured": (m, 4, 4),
-                "edge_sigmas": (m, 7), "edge_robust_k": (m,)}
-        arr = {k: np.asarray(state[k]).reshape(shape) for k, shape in cols.items()}
-        kernels = list(state["edge_kernels"])
-        fed_nodes, fed_edges = (check_int(state[k], k) for k in ("fed_nodes", "fed_edges"))
-        estimate = np.array(state["estimate"], dtype=np.float64)  # a copy: ours from now
-    except (KeyError, TypeError, ValueError) as err:
-        raise ValueError(f"pose graph state: missing or malformed field ({err})") from None
-    for k in range(n):
-        kf_id = check_id(int(ids[k]), "pose graph state: keyframe id")
-        if kf_id in g._index:
-            raise ValueError(f"pose graph state: keyframe {kf_id} twice")
-        g._append_node(kf_id, int(arr["stamps_ns"][k]), int(arr["segments"][k]),
-                       check_rigid(arr["front_end"][k], f"pose graph state: keyframe {kf_id}"),
-                       check_similarity(arr["initial"][k], f"pose graph state: keyframe {kf_id}"))
-    for j, kind in enumerate(state["edge_kinds"]):
-        a, b = (int(x) for x in arr["edge_nodes"][j])
-        sig = np.array(arr["edge_sigmas"][j], dtype=np.float64)
-        if kind not in EDGE_KINDS or not (0 <= a < n and 0 <= b < n and a != b) \
-                or kernels[j] not in ("", "huber", "cauchy") \
-                or not (np.isfinite(sig).all() and (sig > 0).all()):
-            raise ValueError(f"pose graph state: edge {j} ({kind!r} {a} -> {b}) is malformed")
-        g._edges.append(_Edge(kind, a, b, check_similarity(arr["edge_measured"][j],
-                                                      f"pose graph state: edge {j}"),
-                              sig, kernels[j], float(arr["edge_robust_k"][j])))
-    if not (0 <= fed_nodes <= n and 0 <= fed_edges <= m and (fed_nodes > 0 or fed_edges == 0)
-            and all(max(e.a, e.b) < fed_nodes for e in g._edges[:fed_edges])):
-        raise ValueError(f"pose graph state: {fed_nodes} nodes and {fed_edges} edges fed of "
-                         f"{n} and {m}")
-    if estimate.shape != (fed_nodes, 4, 4):
-        raise ValueError(f"pose graph state: the estimate is {estimate.shape}, expected "
-                         f"({fed_nodes}, 4, 4)")
-    for k in range(fed_nodes):
-        check_similarity(estimate[k], f"pose graph state: the estimate of node {k}")
-    rejected = state.get("rejected_loops", {INDETERMINATE: 0})  # absent in older states
-    if not isinstance(rejected, dict) or set(rejected) != {INDETERMINATE} or any(
-            isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in rejected.values()):
-        raise ValueError(f"pose graph state: rejected_loops {rejected!r} is malformed")
-    g._rejected = dict(rejected)
-    if fed_nodes:
-        start = time.perf_counter()
-        iterations = g._feed(fed_nodes, fed_edges, start=estimate)
-        g._result = g._build_result(iterations, time.perf_counter() - start, sims=estimate)
+    def _load(self, state: GraphState) -> None:
+        """A fresh graph's nodes, edges and estimate from a checked state."""
+        for k, kf_id in enumerate(state.ids):
+            self._append_node(kf_id, state.stamps_ns[k], state.segments[k],
+                              state.front_end[k], state.initial[k])
+        self._edges = list(state.edges)
+        self._rejected = dict(state.rejected)
+        if state.fed_nodes:
+            start = time.perf_counter()
+            iterations = self._feed(state.fed_nodes, state.fed_edges, start=state.estimate)
+            self._result = self._build_result(iterations, time.perf_counter() - start,
+                                              sims=state.estimate)
 
 
 # --- GTSAM ------------------------------------------------------------------------------------
@@ -429,13 +315,13 @@ def _kernel(kind: str, k: float):
     return est.Huber.Create(k) if kind == "huber" else est.Cauchy.Create(k)
 
 
-def _noise(e: _Edge):
+def _noise(e: GraphEdge):
     diag = gtsam.noiseModel.Diagonal.Sigmas(e.sigmas)
     return gtsam.noiseModel.Robust.Create(_kernel(e.kernel, e.robust_k), diag) \
         if e.kernel else diag
 
 
-def _loop_residual(e: _Edge, sims: np.ndarray, ids: list[int]) -> LoopResidual:
+def _loop_residual(e: GraphEdge, sims: np.ndarray, ids: list[int]) -> LoopResidual:
     pred = sims[e.a] @ e.measured  # where the loop puts b, in the map
     got = sims[e.b]
     s_pred, s_got = (float(np.cbrt(np.linalg.det(x[:3, :3]))) for x in (pred, got))

@@ -36,13 +36,15 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..geometry import check_rigid
 from .backend_types import KeyframeInput
 from .config import LoopConfig
-from .graph_types import check_rigid
+from .confirm import LoopConfirmation
+from .graph_types import ROTATION_TOL
 from .place_db import PlaceCandidate, PlaceKeyframe
 from .place_descriptor import place_descriptor
 from .place_map import PlaceMap, database_from
-from .verify import LoopConfirmation, LoopVerifier, PairOutputs
+from .verify import LoopVerifier, PairOutputs
 
 __all__ = ["Relocalizer", "LocalizeOutcome", "LocalizeReason", "relocalization_config"]
 
@@ -128,11 +130,11 @@ class Relocalizer:
         ``pair_failed``."""
         if not isinstance(kf, KeyframeInput):
             raise ValueError(f"kf must be a KeyframeInput, got {type(kf).__name__}")
-        T_odom_cam = check_rigid(kf.T_odom_cam, "kf.T_odom_cam")
+        T_odom_cam = check_rigid(kf.T_odom_cam, "kf.T_odom_cam", tol=ROTATION_TOL)
         exclude = np.zeros(0, np.int64)
         prior_t = None
         if prior is not None or prior_radius_m is not None:
-            prior_t = check_rigid(prior, "prior")[:3, 3]
+            prior_t = check_rigid(prior, "prior", tol=ROTATION_TOL)[:3, 3]
             r = prior_radius_m
             if isinstance(r, bool) or not isinstance(r, (int, float)) or not (
                     math.isfinite(r) and r > 0):

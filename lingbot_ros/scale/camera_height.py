@@ -43,9 +43,10 @@ from typing import Optional, Union
 
 import numpy as np
 
+from ..geometry import is_rigid
 from .config import ScaleConfig
 from .samples import Rejection, SampleResult, ScaleSample
-from .se3 import is_rigid
+from .se3 import POSE_TOL
 
 __all__ = ["GroundPlane", "fit_ground_plane", "camera_height_sample", "depth_grid_points",
            "camera_height_depth_sample"]
@@ -264,7 +265,7 @@ def _up_axis(T_bytes: bytes) -> Optional[np.ndarray]:
     of a ``T_base_optical`` given by its float64 bytes; None when it is not a finite rigid
     transform. Cached: a camera's mount rarely changes."""
     T = np.frombuffer(T_bytes).reshape(4, 4)
-    if not is_rigid(T):
+    if not is_rigid(T, tol=POSE_TOL, last_row_tol=POSE_TOL):
         return None
     up = T[2, :3] / np.linalg.norm(T[2, :3])
     up.flags.writeable = False

@@ -35,8 +35,8 @@ import numpy as np
 from .config import ScaleConfig
 from .json_floats import float_from_json, float_to_json
 from .samples import Rejection, SampleResult, ScaleSample, ns_of
-from ..geometry import rotation_angle
-from .se3 import interpolate_pose, is_rigid, rigid_inverse
+from ..geometry import is_rigid, rotation_angle
+from .se3 import POSE_TOL, interpolate_pose, rigid_inverse
 
 __all__ = ["PoseBuffer", "OdometrySource", "fit_odometry_scale", "odometry_rejection"]
 
@@ -52,7 +52,7 @@ def odometry_rejection(stamp_ns, pose) -> Optional[Rejection]:
     """The Rejection (``non_finite``) of an odometry pose that cannot be used -- a stamp that
     is not an integer (ns), a pose that is not a finite rigid 4x4 -- else None. Checked where
     a pose is taken, also before a stream's first frame (when the source is not built yet)."""
-    if not _is_stamp(stamp_ns) or not is_rigid(pose):
+    if not _is_stamp(stamp_ns) or not is_rigid(pose, tol=POSE_TOL, last_row_tol=POSE_TOL):
         return Rejection(int(stamp_ns) if _is_stamp(stamp_ns) else None, "non_finite",
                          "odometry pose is not a finite rigid transform")
     return None
@@ -196,7 +196,7 @@ class OdometrySource:
 
     def __init__(self, config: ScaleConfig, T_base_optical: np.ndarray,
                  odom_capacity: int = 4096) -> None:
-        if not is_rigid(T_base_optical):
+        if not is_rigid(T_base_optical, tol=POSE_TOL, last_row_tol=POSE_TOL):
             raise ValueError("T_base_optical must be a finite rigid 4x4 transform (metres)")
         self._config = config
         self._bo = np.array(T_base_optical, dtype=np.float64)
@@ -302,13 +302,13 @@ class OdometrySource:
                              "camera's mount on the base changed)")
         stamps = [f[0] for f in frames]
         if not (all(a < b for a, b in zip(stamps, stamps[1:]))
-                and all(np.isfinite(f[1]).all() and (f[2] is None or is_rigid(f[2]))
-                        for f in frames)):
+                and all(np.isfinite(f[1]).all() and (f[2] is None or is_rigid(
+                    f[2], tol=POSE_TOL, last_row_tol=POSE_TOL)) for f in frames)):
             raise ValueError("odometry window: frames need increasing stamps, finite poses "
                              "and rigid odometry poses")
         stamps = [t for t, _ in odometry]
         if not (all(a < b for a, b in zip(stamps, stamps[1:]))
-                and all(is_rigid(p) for _, p in odometry)):
+                and all(is_rigid(p, tol=POSE_TOL, last_row_tol=POSE_TOL) for _, p in odometry)):
             raise ValueError("odometry window: odometry poses need increasing stamps and "
                              "rigid poses")
         return frames, odometry

@@ -1,6 +1,6 @@
-"""Verification (loop/verify.py, loop/pair_runner.py): the measurement's algebra on synthetic
-views of a known plane, each gate, the confirmation rule, and the in-test model as oracle
-(random weights: algebra only, never accuracy)."""
+"""Verification (loop/verify.py, loop/pair_runner.py) and confirmation (loop/confirm.py): the
+measurement's algebra on synthetic views of a known plane, each gate, the confirmation rule,
+and the in-test model as oracle (random weights: algebra only, never accuracy)."""
 import dataclasses
 import math
 
@@ -10,10 +10,11 @@ import pytest
 from lingbot_ros.config import PreprocessConfig, SessionConfig
 from lingbot_ros.geometry import rigid_inverse, rotation_exp
 from lingbot_ros.loop.config import LoopConfig
+from lingbot_ros.loop.confirm import LoopConfirmation
 from lingbot_ros.loop.pair_runner import pair_config, run_pair, stored_image
 from lingbot_ros.loop.place_db import PlaceDatabase
-from lingbot_ros.loop.verify import (REJECTIONS, LoopConfirmation, LoopReason, LoopVerifier,
-                                     PairOutputs, implied_pose, verify_pair)
+from lingbot_ros.loop.verify import (REJECTIONS, LoopReason, LoopVerifier, PairOutputs,
+                                     implied_pose, verify_pair)
 
 H, W = 48, 64
 K = np.array([[50.0, 0.0, 31.5], [0.0, 50.0, 23.5], [0.0, 0.0, 1.0]])

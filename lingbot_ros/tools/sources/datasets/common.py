@@ -1,6 +1,6 @@
 """What every dataset layout shares: :class:`Dataset`, :class:`GroundTruth`, the index-file
 reading helpers (every bad line is a ValueError naming ``file:line``) and the checks that
-make ground truth sorted, unique and rigid.
+make ground truth sorted, unique and rigid (:func:`lingbot_ros.geometry.check_rigid`).
 
 Ground truth is converted once, when a dataset is opened: float64 camera-to-world poses
 (N, 4, 4) of the camera whose images are read, in the dataset's world frame, sorted by stamp,
@@ -17,11 +17,11 @@ from typing import Iterator, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from ....geometry import format_stamp, parse_stamp, write_tum
+from ....geometry import check_rigid, format_stamp, parse_stamp, write_tum
 from ..depth_stream import DepthStream
 from ..frame import FrameSource, PathLike
 
-__all__ = ["Dataset", "GroundTruth", "RIGID_TOLERANCE", "check_rigid", "count",
+__all__ = ["Dataset", "GroundTruth", "RIGID_TOLERANCE", "count",
            "line_error", "make_ground_truth", "parse_finite", "parse_nanoseconds",
            "parse_seconds", "read_index_lines", "require_auto_stamps", "require_some_image",
            "write_ground_truth_tum"]
@@ -30,7 +30,8 @@ log = logging.getLogger("lingbot_ros.datasets")
 
 # Published poses are printed with 6 to 12 significant digits: their rotations are
 # orthonormal to about 1e-6. A rotation further off than this is not a pose (a wrongly
-# parsed file, a scale in the matrix).
+# parsed file, a scale in the matrix). The last row must be [0 0 0 1] to 1e-9
+# (lingbot_ros.geometry.check_rigid's default).
 RIGID_TOLERANCE = 1e-3
 
 
@@ -125,32 +126,17 @@ def parse_finite(fields: Sequence[str], path: PathLike, line: int) -> list[float
     return out
 
 
-def check_rigid(poses: np.ndarray, labels: Sequence[str],
-                tolerance: float = RIGID_TOLERANCE) -> None:
-    """ValueError naming the first pose's label (``file:line``) that is not a rigid transform
-    within ``tolerance``: last row [0 0 0 1], rotation orthonormal, determinant +1."""
-    m = np.asarray(poses, dtype=np.float64).reshape(-1, 4, 4)
-    r = m[:, :3, :3]
-    ortho = np.abs(np.swapaxes(r, 1, 2) @ r - np.eye(3)).max(axis=(1, 2), initial=0.0)
-    bottom = np.abs(m[:, 3] - [0.0, 0.0, 0.0, 1.0]).max(axis=1, initial=0.0)
-    det = np.linalg.det(r) if len(m) else np.zeros(0)
-    bad = ~np.isfinite(m).all(axis=(1, 2)) | (ortho > tolerance) | (bottom > 1e-9) | (det <= 0)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise ValueError(f"{labels[i]}: not a rigid transform (|R^T R - I| = {ortho[i]:.3g}, "
-                         f"det R = {det[i]:.6g}, last row {m[i, 3].tolist()})")
-
-
 def make_ground_truth(stamps_ns: Sequence[int], poses, labels: Sequence[str]
                       ) -> GroundTruth:
     """Stamps and camera-to-world poses (N, 4, 4) -> :class:`GroundTruth` sorted by stamp
-    (stable). Poses must be rigid (:func:`check_rigid`); a stamp given twice is a ValueError
-    naming both lines. ``labels[i]`` says where pose i was read (``file:line``)."""
+    (stable). Poses must be rigid to ``RIGID_TOLERANCE`` (``geometry.check_rigid``: a bad
+    one is named by its label); a stamp given twice is a ValueError naming both lines.
+    ``labels[i]`` says where pose i was read (``file:line``)."""
     stamps = np.asarray(stamps_ns, dtype=np.int64).reshape(-1)
     m = np.asarray(poses, dtype=np.float64).reshape(-1, 4, 4)
     if len(stamps) != len(m) or len(labels) != len(m):
         raise ValueError(f"{len(stamps)} stamps, {len(m)} poses, {len(labels)} labels")
-    check_rigid(m, labels)
+    check_rigid(m, "ground truth poses", tol=RIGID_TOLERANCE, batch=True, labels=labels)
     order = np.argsort(stamps, kind="stable")
     s = stamps[order]
     dup = np.flatnonzero(np.diff(s) == 0)

@@ -27,10 +27,10 @@ from typing import Optional
 
 import numpy as np
 
-from ....geometry import tq_to_matrix
+from ....geometry import check_rigid, tq_to_matrix
 from ..files import ImageListSource
-from .common import (Dataset, require_auto_stamps, RIGID_TOLERANCE, check_rigid, count, line_error,
-                     make_ground_truth, parse_finite, parse_nanoseconds, read_index_lines,
+from .common import (RIGID_TOLERANCE, Dataset, count, line_error, make_ground_truth,
+                     parse_finite, parse_nanoseconds, read_index_lines, require_auto_stamps,
                      require_some_image)
 
 __all__ = ["NAME", "LOOKS_FOR", "locate", "missing", "open_euroc", "read_T_BS"]
@@ -77,7 +77,7 @@ def read_T_BS(path: Path) -> np.ndarray:
         m = np.array([float(v) for v in t_bs["data"]], dtype=np.float64).reshape(4, 4)
     except (TypeError, ValueError):
         raise ValueError(f"{path}: T_BS data must be 16 numbers") from None
-    check_rigid(m, [f"{path}: T_BS"], RIGID_TOLERANCE)
+    check_rigid(m, f"{path}: T_BS", tol=RIGID_TOLERANCE)
     return m
 
 

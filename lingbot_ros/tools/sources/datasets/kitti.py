@@ -38,9 +38,11 @@ from typing import Optional
 
 import numpy as np
 
+from ....geometry import check_rigid
 from ..files import IMAGE_EXTENSIONS, ImageListSource
-from .common import (Dataset, require_auto_stamps, check_rigid, count, line_error, make_ground_truth, parse_finite,
-                     parse_seconds, read_index_lines, require_some_image)
+from .common import (RIGID_TOLERANCE, Dataset, count, line_error, make_ground_truth,
+                     parse_finite, parse_seconds, read_index_lines, require_auto_stamps,
+                     require_some_image)
 
 __all__ = ["NAME", "LOOKS_FOR", "CAMERA", "CAMERA_HEIGHT_M", "locate", "missing", "open_kitti", "read_calib",
            "camera_offset", "T_c0_camera"]
@@ -117,7 +119,8 @@ def read_poses(path: Path, stamps: list[int], T_c0_cam: np.ndarray):
         poses.append(values + [0.0, 0.0, 0.0, 1.0])
         labels.append(f"{path}:{no}")
     T_w_c0 = np.asarray(poses, dtype=np.float64).reshape(-1, 4, 4)
-    check_rigid(T_w_c0, labels)  # before the count: a bad line is named
+    check_rigid(T_w_c0, f"{path} poses", tol=RIGID_TOLERANCE, batch=True,
+                labels=labels)  # before the count: a bad line is named
     if len(poses) != len(stamps):
         raise ValueError(f"{path} has {count(len(poses), 'pose')} but times.txt "
                          f"{count(len(stamps), 'time')}: one pose per image expected")
