@@ -1,7 +1,8 @@
 """Numpy-only geometry and files, the ground floor of the package: SE(3) and Sim(3), the one
 rigid-transform check, the REP-103 camera frames, TUM trajectories and PLY point clouds
 (written atomically), a stamped trajectory, depth -> points and the bounded voxel map that
-accumulates them.
+accumulates them; our marked folders on disk (``marked_folder.py``, the snapshots' and
+place maps' rules).
 
 Imports numpy and the standard library only: no torch, no rclpy, nothing else of
 ``lingbot_ros`` (tests/test_import_boundaries.py), so the node's TF buffer and the tools can

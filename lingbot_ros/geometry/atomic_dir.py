@@ -1,5 +1,6 @@
-"""Atomic folder replacement, shared by the stream snapshots (``session/snapshot_folder.py``)
-and the fleet's output folder (``tools/eval/fleet/tree.py``); files are ``atomic_file.py``'s.
+"""Atomic folder replacement, shared by our marked folders (``marked_folder.py``: the stream
+snapshots and the stored place maps) and the fleet's output folder
+(``tools/eval/fleet/tree.py``); files are ``atomic_file.py``'s.
 
 A folder is written complete under a temporary name beside its target, then put at the target
 in one step, so a reader sees the old folder or the new one, never half of one:

@@ -34,9 +34,10 @@ import torch
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
+from ..geometry.atomic_file import write_new_file
 from .snapshot_folder import (FORMAT, FORMAT_VERSION, MANIFEST, NotReplaced, SnapshotError,
                              TempFolder, check_replaceable, fsync_dir, read_marked_manifest,
-                             read_snapshot_file, sweep_stale, write_new_file)
+                             read_snapshot_file, sweep_stale)
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "SnapshotError", "NotReplaced", "SnapshotData",
            "snapshot_data", "write_snapshot", "read_snapshot", "read_manifest",

@@ -18,9 +18,6 @@ One CPU core: ``main`` pins the process to one (where the OS allows); run it wit
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import time
 from typing import Optional
 
@@ -30,18 +27,14 @@ from ....loop.backend import LoopBackend
 from ....loop.backend_types import KeyframeInput
 from ....loop.config import LoopConfig
 from ....loop.synthetic import drifted, loop_path
+from .common import (add_frame_options, machine, parse_on_one_core, print_json,
+                     stats)
 
 __all__ = ["WINDOW", "main", "run_backend_bench"]
 
 WINDOW = 64  # the front end's window
 PER_LAP = 200
 _STEP_NS = 100_000_000  # 10 keyframes a second
-
-
-def _ms(samples_s) -> dict:
-    a = np.asarray(samples_s) * 1e3
-    return {"median": float(np.median(a)), "p90": float(np.percentile(a, 90)),
-            "max": float(a.max()), "n": int(a.size)}
 
 
 def _timed(fn) -> tuple:
@@ -81,24 +74,10 @@ def run_backend_bench(keyframes: int = 1000, model_hw=(392, 518), feature_dim: i
     counts = backend.counts
     return {"keyframes": keyframes, "kept": counts.kept, "candidates": candidates,
             "window": WINDOW, "model_hw": [h, w], "patches": patches,
-            "feature_dim": feature_dim, "offer_ms": _ms(offer_s),
+            "feature_dim": feature_dim, "offer_ms": stats(offer_s, 1e3),
             "keyframe_poses_ms": poses_ms, "keyframe_depths_ms": depths_ms,
             "state_dict_ms": state_ms, "load_state_dict_ms": load_ms,
-            "machine": _machine()}
-
-
-def _machine() -> dict:
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f
-                          if line.startswith("model name")), model)
-    except OSError:
-        pass
-    affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    return {"cpu": model, "cpu_count": os.cpu_count(), "affinity": affinity,
-            "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
-            "python": platform.python_version(), "numpy": np.__version__}
+            "machine": machine(python=True)}
 
 
 def main(argv: Optional[list] = None) -> int:
@@ -106,22 +85,10 @@ def main(argv: Optional[list] = None) -> int:
         prog="python -m lingbot_ros.tools.bench.loop.backend_cost",
         description="The back end's cost per keyframe (offer, retrieval only) (JSON).")
     parser.add_argument("--keyframes", type=int, default=1000)
-    parser.add_argument("--height", type=int, default=392)
-    parser.add_argument("--width", type=int, default=518)
-    parser.add_argument("--feature-dim", type=int, default=1024)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--all-cores", action="store_true",
-                        help="do not pin the process to one CPU core")
-    args = parser.parse_args(argv)
-    if not args.all_cores and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    try:
-        result = run_backend_bench(args.keyframes, (args.height, args.width),
-                                   args.feature_dim, args.seed)
-    except ValueError as err:
-        parser.error(str(err))
-    print(json.dumps(result, indent=2))
-    return 0
+    add_frame_options(parser)
+    args = parse_on_one_core(parser, argv)
+    return print_json(parser, lambda: run_backend_bench(
+        args.keyframes, (args.height, args.width), args.feature_dim, args.seed))
 
 
 if __name__ == "__main__":

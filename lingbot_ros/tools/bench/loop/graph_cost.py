@@ -31,12 +31,12 @@ import os
 import platform
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
 from ....geometry import ate_rmse
 from ...out_folder import OutRefused, check_out_file, json_report_begins, write_json_report
+from .common import cpu_model, stats
 
 __all__ = ["main", "bench_graph", "bench_accuracy"]
 
@@ -47,10 +47,7 @@ BATCH = 100  # keyframes between two optimize() calls without a loop
 
 
 def _stats(values_s: list[float]) -> dict:
-    ms = np.asarray(values_s) * 1e3
-    return {"median": round(float(np.median(ms)), 3),
-            "p90": round(float(np.percentile(ms, 90)), 3), "max": round(float(ms.max()), 3),
-            "n": len(ms)}
+    return stats(values_s, 1e3, digits=3)  # ms: median, p90, max, n
 
 
 def bench_graph(keyframes: int, loops: int = 10, seed: int = 0) -> dict:
@@ -168,17 +165,6 @@ def _accuracy_case(truth: np.ndarray, seed: int, kernel: str, wrong: bool, pinne
             "loop_weights": [round(x.weight, 3) for x in r.loops]}
 
 
-def _cpu() -> str:
-    """The CPU's model name (Linux), else what the platform module says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog=TOOL, description=__doc__.splitlines()[0])
     p.add_argument("--keyframes", type=int, nargs="+", default=[1000, 10000],
@@ -190,7 +176,7 @@ def main(argv=None) -> int:
     try:
         if args.out:
             check_out_file(args.out, json_report_begins(TOOL))
-        report = {"machine": {"cpu": _cpu(), "cores": os.cpu_count(),
+        report = {"machine": {"cpu": cpu_model(), "cores": os.cpu_count(),
                               "python": platform.python_version(),
                               "system": platform.platform()},
                   "graphs": [bench_graph(n, args.loops, args.seed) for n in args.keyframes],

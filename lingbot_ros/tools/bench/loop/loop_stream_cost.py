@@ -33,6 +33,7 @@ import numpy as np
 
 from ....config import PreprocessConfig, SessionConfig
 from ....loop.config import LoopConfig
+from .common import stats
 
 __all__ = ["main", "run_loop_stream_bench"]
 
@@ -41,12 +42,6 @@ __all__ = ["main", "run_loop_stream_bench"]
 BENCH_LOOP = dict(enable=True, min_keyframe_distance_m=0.0, min_age_s=0.05, top_k=2,
                   verify_min_conf=0.0, min_valid_pixels=1, min_inlier_fraction=1e-9,
                   max_correction_m=1e9, max_correction_deg=180.0)
-
-
-def _stats(ms: list[float]) -> dict:
-    a = np.asarray(ms)
-    return {"median": float(np.median(a)), "p90": float(np.percentile(a, 90)),
-            "max": float(a.max()), "frames": int(len(a))}
 
 
 def _frames(n: int, distinct: int, hw: tuple[int, int]) -> list[np.ndarray]:
@@ -119,7 +114,8 @@ def run_loop_stream_bench(preset: str = "tiny", device: str = "cpu", width: int 
             runs[m].append(_run(model, cfg, seq, fps, m, queue_size))
     ways = {}
     for m, rs in runs.items():
-        ways[m] = {"stream_ms": _stats([v for r in rs for v in r["per_frame"]])}
+        per_frame = [v for r in rs for v in r["per_frame"]]  # ms
+        ways[m] = {"stream_ms": stats(per_frame, count="frames")}
         if "back_end" in rs[-1]:
             ways[m]["back_end_last_round"] = rs[-1]["back_end"]
     alone = ways["alone"]["stream_ms"]["median"]

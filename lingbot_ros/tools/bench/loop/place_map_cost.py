@@ -18,9 +18,6 @@ One CPU core: ``main`` pins the process to one (where the OS allows); run it wit
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -35,27 +32,14 @@ from ....loop.place_descriptor import DESCRIPTOR_DIM
 from ....loop.place_map import (database_from, place_map_from, read_place_map, to_metres,
                                write_place_map)
 from ....loop.relocalize import Relocalizer
+from .common import (add_frame_options, machine, parse_on_one_core, print_json,
+                     stats)
 
 __all__ = ["main", "run_place_map_bench"]
 
 
 def _ms(samples_s) -> dict:
-    a = np.asarray(samples_s) * 1e3
-    return {"median": float(np.median(a)), "p90": float(np.percentile(a, 90))}
-
-
-def _machine() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
-                       cpu)
-    except OSError:
-        pass
-    affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    return {"cpu": cpu, "cpu_count": os.cpu_count(), "affinity": affinity,
-            "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
-            "numpy": np.__version__}
+    return stats(samples_s, 1e3, tail=False, count=None)  # median and p90 only
 
 
 def _refuse(keyframe, image):
@@ -114,7 +98,7 @@ def run_place_map_bench(keyframes: int = 1000, model_hw=(392, 518), repeats: int
         "database_from_ms": _ms(load_s), "bytes_on_disk": on_disk,
         "bytes_on_disk_per_1000_keyframes": round(on_disk * 1000 / keyframes),
         "offer_ms": _ms(offer_s), "offer_prior_ms": _ms(prior_s),
-        "top_k": config.top_k, "machine": _machine(),
+        "top_k": config.top_k, "machine": machine(),
     }
 
 
@@ -125,24 +109,13 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--keyframes", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--offers", type=int, default=20)
-    parser.add_argument("--height", type=int, default=392)
-    parser.add_argument("--width", type=int, default=518)
-    parser.add_argument("--feature-dim", type=int, default=1024)
     parser.add_argument("--folder", type=Path, default=None,
                         help="where the map is written (a temporary folder in it)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--all-cores", action="store_true",
-                        help="do not pin the process to one CPU core")
-    args = parser.parse_args(argv)
-    if not args.all_cores and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    try:
-        result = run_place_map_bench(args.keyframes, (args.height, args.width), args.repeats,
-                                     args.offers, args.feature_dim, args.seed, args.folder)
-    except ValueError as err:
-        parser.error(str(err))
-    print(json.dumps(result, indent=2))
-    return 0
+    add_frame_options(parser)
+    args = parse_on_one_core(parser, argv)
+    return print_json(parser, lambda: run_place_map_bench(
+        args.keyframes, (args.height, args.width), args.repeats, args.offers,
+        args.feature_dim, args.seed, args.folder))
 
 
 if __name__ == "__main__":

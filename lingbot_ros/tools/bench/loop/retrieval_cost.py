@@ -20,9 +20,6 @@ One CPU core: ``main`` pins the process to one (where the OS allows); run it wit
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import time
 import tracemalloc
 from typing import Optional
@@ -32,6 +29,8 @@ import numpy as np
 from ....loop.config import LoopConfig
 from ....loop.place_db import PlaceDatabase, bytes_per_keyframe
 from ....loop.place_descriptor import DESCRIPTOR_DIM, place_descriptor
+from .common import (add_frame_options, machine, parse_on_one_core, print_json,
+                     stats)
 
 __all__ = ["GOAL_MS", "WINDOW", "main", "run_retrieval_bench"]
 
@@ -41,8 +40,7 @@ _STEP_NS = 100_000_000  # 10 keyframes a second
 
 
 def _ms(samples_s) -> dict:
-    a = np.asarray(samples_s) * 1e3
-    return {"median": float(np.median(a)), "p90": float(np.percentile(a, 90))}
+    return stats(samples_s, 1e3, tail=False, count=None)  # median and p90 only
 
 
 def _grid_pose(i: int, spacing: float) -> np.ndarray:
@@ -137,22 +135,8 @@ def run_retrieval_bench(keyframes: int = 100_000, queries: int = 200,
         "bytes_per_1000_keyframes": {**{k: 1000 * v for k, v in payload.items()},
                                      "measured": round(measured * 1000 / memory_keyframes)},
         "database_nbytes": db.nbytes(),
-        "machine": _machine(),
+        "machine": machine(),
     }
-
-
-def _machine() -> dict:
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f
-                          if line.startswith("model name")), model)
-    except OSError:
-        pass
-    affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    return {"cpu": model, "cpu_count": os.cpu_count(), "affinity": affinity,
-            "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
-            "numpy": np.__version__}
 
 
 def main(argv: Optional[list] = None) -> int:
@@ -163,22 +147,11 @@ def main(argv: Optional[list] = None) -> int:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--memory-keyframes", type=int, default=1000,
                         help="model-resolution keyframes the memory is measured over")
-    parser.add_argument("--height", type=int, default=392)
-    parser.add_argument("--width", type=int, default=518)
-    parser.add_argument("--feature-dim", type=int, default=1024)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--all-cores", action="store_true",
-                        help="do not pin the process to one CPU core")
-    args = parser.parse_args(argv)
-    if not args.all_cores and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    try:
-        result = run_retrieval_bench(args.keyframes, args.queries, args.memory_keyframes,
-                                     (args.height, args.width), args.feature_dim, args.seed)
-    except ValueError as err:
-        parser.error(str(err))
-    print(json.dumps(result, indent=2))
-    return 0
+    add_frame_options(parser)
+    args = parse_on_one_core(parser, argv)
+    return print_json(parser, lambda: run_retrieval_bench(
+        args.keyframes, args.queries, args.memory_keyframes, (args.height, args.width),
+        args.feature_dim, args.seed))
 
 
 if __name__ == "__main__":

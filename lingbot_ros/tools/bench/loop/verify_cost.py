@@ -25,12 +25,9 @@ from ....loop.config import LoopConfig
 from ....loop.pair_runner import run_pair
 from ....loop.place_db import PlaceDatabase
 from ....loop.verify import verify_pair
+from .common import stats
 
 __all__ = ["main", "run_verify_bench"]
-
-
-def _stats(values: list[float]) -> dict:
-    return {"median": float(np.median(values)), "p90": float(np.percentile(values, 90))}
 
 
 def run_verify_bench(preset: str = "tiny", device: str = "cpu", width: int = 518,
@@ -64,8 +61,8 @@ def run_verify_bench(preset: str = "tiny", device: str = "cpu", width: int = 518
         verify_ms.append((t2 - t1) * 1e3)
     return {"bench": "verify_cost", "preset": preset, "device": device,
             "model_hw": [height, width], "repeats": repeats, "machine": platform.machine(),
-            "processor": platform.processor(), "pair_ms": _stats(pair_ms),
-            "verify_ms": _stats(verify_ms),
+            "processor": platform.processor(), "pair_ms": stats(pair_ms, tail=False, count=None),
+            "verify_ms": stats(verify_ms, tail=False, count=None),
             "verify_reason": result.reason}
 
 
