@@ -142,7 +142,8 @@ def test_a_saved_map_gives_a_second_node_the_first_ones_map_frame(tmp_path, ros_
         map_odom = transforms(probe, "map", "odom")
         for s in (stamp_ns(m.header.stamp) for m in before + during):
             np.testing.assert_allclose(map_odom[s], np.eye(4), atol=1e-6)
-        assert probe.last_diag().get("localization") == "no map", probe.last_diag()
+        probe.wait_until(lambda: probe.last_diag().get("localization") == "no map", 30,
+                         lambda: f"localization: no map ({probe.last_diag()})")
 
         # 3. localize in the moved map: answered at once, then waiting, then localized
         response = probe.request("localize_in_map", path="moved")
