@@ -256,13 +256,18 @@ class BackendThread:
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop after the keyframe in hand; those still waiting stay queued (a later
-        ``start`` or ``state_dict`` takes them)."""
+        ``start`` or ``state_dict`` takes them); commands not run yet are answered
+        ``(False, reason)`` (a service awaiting one is never left hanging)."""
         with self._cv:
             self._stopping = True
             self._cv.notify_all()
         if self._thread is not None:
             self._thread.join(timeout=timeout)
             self._thread = None
+        with self._cv:
+            pending, self._commands = list(self._commands), deque()
+        for _, reply in pending:
+            reply.set((False, "the back end stopped (a cleanup or shutdown) before it ran"))
 
     def run_once(self, timeout: float = 0.1) -> bool:
         """Take one keyframe (waiting at most ``timeout`` s) and offer it to the back end;
@@ -386,7 +391,7 @@ class BackendThread:
         self._own = np.array(step.correction, np.float64)
         maps = self._maps
         localized = item.verify and item.metres_per_unit is not None and maps.offer(
-            kf, item.chain, self._own, self._log.error)
+            kf, item.chain, self._own, self._log)
         loops = tuple(step.loops)
         if maps.anchor is not None:  # localized: every correction into the stored map
             loops = tuple(replace(e, correction=maps.corrected(e.correction)) for e in loops)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -160,10 +160,10 @@ class MapLocalization:
         """``backend`` as ~/path and the map are rebuilt from (anchored when localized)."""
         return backend if self.anchor is None else Anchored(backend, self.anchor)
 
-    def offer(self, kf, chain: FrameChain, C: np.ndarray,
-              log_error: Callable[[str], None]) -> bool:
+    def offer(self, kf, chain: FrameChain, C: np.ndarray, log) -> bool:
         """One metric keyframe (``KeyframeInput``, the back end's) and the stream's own
-        correction after it; True when it localized (the anchor is new). Never raises."""
+        correction after it; True when it localized (the anchor is new). Never raises: a
+        failure is counted and logged (``log``: the node's logger) at ERROR."""
         if self.relocalizer is None or self.facts.state not in (WAITING, LOCALIZED):
             return False
         prior, radius = None, None
@@ -175,7 +175,7 @@ class MapLocalization:
             error = f"{type(exc).__name__}: {exc}"
             self.facts = dataclasses.replace(self.facts, failures=self.facts.failures + 1,
                                              last_error=error)
-            log_error(f"relocalization: keyframe {kf.keyframe_id} not taken: {error}")
+            log.error(f"relocalization: keyframe {kf.keyframe_id} not taken: {error}")
             return False
         facts = dataclasses.replace(self.facts, offers=self.facts.offers + 1,
                                     last_outcome=outcome.reason)

@@ -17,7 +17,7 @@ from lingbot_ros.geometry import rigid_inverse
 from lingbot_ros.loop.config import LoopConfig
 from lingbot_ros.loop.place_map import PlaceMapError, place_map_from
 from lingbot_ros.loop.relocalize import Relocalizer
-from lingbot_ros.ros.backend.backend_thread import BackendThread
+from lingbot_ros.ros.backend.backend_thread import BackendThread, Reply
 from lingbot_ros.ros.backend.corrections import frame_correction, odom_correction
 from lingbot_ros.ros.backend.place_maps import (LOADED, LOCALIZED, NO_MAP, WAITING,
                                                 node_place_map, prior_in_camera)
@@ -188,3 +188,42 @@ def test_requests_are_checked():
     p.orientation.w = 0.5
     with pytest.raises(ValueError, match="unit quaternion"):
         pose_matrix(p)
+
+
+def test_a_stopped_thread_answers_what_it_did_not_run(tmp_path):
+    import threading
+    import time
+    thread, _, _, _ = make_thread(tmp_path)
+    thread.start()
+    started, release = threading.Event(), threading.Event()
+
+    def hold():  # holds the thread until released
+        started.set()
+        release.wait(10)
+        return True, "ran"
+    first = thread.submit(hold)
+    assert started.wait(10)
+    second = thread.submit(lambda: (True, "ran"))  # queued behind it
+    stopper = threading.Thread(target=thread.stop)
+    stopper.start()
+    deadline = time.monotonic() + 10
+    while not thread._stopping and time.monotonic() < deadline:
+        time.sleep(0.001)
+    release.set()
+    stopper.join(10)
+    assert first.wait(5) == (True, "ran")
+    ok, message = second.wait(5)
+    assert not ok and "stopped" in message
+
+
+def test_start_settings_are_checked():
+    from lingbot_ros.ros.backend.factory import start_problem
+    from lingbot_ros.ros.params.declare import build_settings
+    base = {"loop.enable": True, "scale.source": "fixed", "scale.factor": 0.5}
+    assert start_problem(build_settings({**base, "map.load_on_start": "lab"})) is None
+    for values, reason in (({"map.localize_on_start": True}, "needs map.load_on_start"),
+                           ({"map.load_on_start": "lab", "loop.enable": False},
+                            "needs loop.enable"),
+                           ({"map.load_on_start": "lab", "scale.source": "none"},
+                            "metric scale")):
+        assert reason in start_problem(build_settings({**base, **values}))
