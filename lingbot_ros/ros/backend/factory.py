@@ -94,9 +94,9 @@ class NodeBackend:
                 path = files.resolve(settings.map_load_on_start)
             except OSError as exc:
                 return f"map.load_on_start: {exc}"
-            ok, message, _, _ = thread.load_map(
+            ok, message = thread.load_map(  # a failed command answers (False, reason)
                 lambda: read_place_map(path), str(path),
-                (None,) if settings.map_localize_on_start else None).wait()
+                (None,) if settings.map_localize_on_start else None).wait()[:2]
             if not ok:
                 return f"map.load_on_start: not loaded: {message}"
             log.info(f"map.load_on_start: {message}")

@@ -21,6 +21,8 @@ metres and the map is saved in metres.
 4. ~/localize_in_map with the moved map's path answers at once (localized false); until it
    localizes /diagnostics says ``waiting``, ~/status says so and /tf has no map -> odom;
    the same images again localize it, and from then on map -> odom is the moved map's.
+5. Node 3 does the same with ``map.load_on_start`` and ``map.localize_on_start``; a
+   corrupt ``map.load_on_start`` fails the start (exit 1), saying why.
 """
 from __future__ import annotations
 
@@ -175,3 +177,28 @@ def test_a_saved_map_gives_a_second_node_the_first_ones_map_frame(tmp_path, ros_
             np.testing.assert_allclose(map_odom[s], expected, atol=1e-4)
             np.testing.assert_allclose(poses2[s], map_odom[s] @ odom_cam[s], atol=1e-6)
             np.testing.assert_allclose(poses2[s], expected @ ref, atol=1e-4)
+
+    # 4. node 3: map.load_on_start + map.localize_on_start do the same without a call
+    restart = good_images(FRAMES, start_ns=stamp_ns(last[-1].header.stamp) + 5_000_000_000)
+    on_start = {**params, "map.load_on_start": "moved", "map.localize_on_start": True}
+    with NodeProcess(ros_env, tmp_path, on_start, name="node3") as node, MapProbe() as probe:
+        probe.wait_active(node)
+        probe.wait_for_image_subscriber()
+        send_and_wait(probe, restart)
+        probe.wait_until(lambda: probe.last_diag().get("localization") == "localized", 120,
+                         lambda: f"localized at start (diagnostics: {probe.last_diag()})")
+        tail = good_images(2, start_ns=stamp_ns(restart[-1].header.stamp) + 1_000_000_000)
+        send_and_wait(probe, tail)
+        map_odom = transforms(probe, "map", "odom")
+        for s in (stamp_ns(m.header.stamp) for m in tail):
+            np.testing.assert_allclose(map_odom[s], expected, atol=1e-4)
+        assert "map.load_on_start: loaded the place map" in node.log()
+
+    # ... and a corrupt one fails the start, with the reason
+    with NodeProcess(ros_env, tmp_path, {**params, "map.load_on_start": "corrupt"},
+                     name="node4") as node:
+        rc = node.wait(60)
+        log = node.log()
+    assert rc == 1, log[-3000:]
+    assert any("map.load_on_start: not loaded" in line and "SHA-256" in line
+               for line in log.splitlines() if "[ERROR]" in line), log[-3000:]

@@ -227,3 +227,68 @@ def test_start_settings_are_checked():
                            ({"map.load_on_start": "lab", "scale.source": "none"},
                             "metric scale")):
         assert reason in start_problem(build_settings({**base, **values}))
+
+
+def _handlers(tmp_path, maps, source_metric: bool = True):
+    """``MapHandlers`` without an executor (``wait_done`` then blocks on the reply) over a
+    thread that is not running (its commands run at once, on this thread)."""
+    import asyncio
+
+    from lingbot_ros.geometry import FileRoot
+    from lingbot_ros.ros.backend.map_services import MapHandlers
+    node = SimpleNamespace(executor=None, get_logger=lambda: LOG)
+    stream = SimpleNamespace(files=FileRoot(tmp_path), scale=None)
+    handlers = MapHandlers(node, lambda: stream, lambda: maps)
+    return handlers, asyncio.run
+
+
+def _request(**fields):
+    from lingbot_ros_interfaces.srv import LoadMap, LocalizeInMap
+    kind = LocalizeInMap if "use_prior" in fields or fields.pop("localize", False) else LoadMap
+    return kind.Request(**fields), kind.Response()
+
+
+def test_the_handlers_refuse_clearly(tmp_path):
+    from lingbot_ros.ros.backend.factory import MapAccess
+    handlers, run = _handlers(tmp_path, None)
+    ok, message, _ = run(handlers.save_place_map("maps/lab"))
+    assert not ok and "loop.enable is off" in message
+    for name, fields in (("load_map", {"path": "lab"}),
+                         ("localize_in_map", {"path": "", "localize": True})):
+        response = run(getattr(handlers, name)(*_request(**fields)))
+        assert not response.success and "loop.enable is off" in response.message
+    thread, *_ = make_thread(tmp_path)
+    handlers, run = _handlers(tmp_path, MapAccess(thread, "map", "none", False))
+    response = run(handlers.load_map(*_request(path="lab")))
+    assert not response.success and "scale.source: none" in response.message
+    handlers, run = _handlers(tmp_path, MapAccess(thread, "map", "fixed", True))
+    response = run(handlers.load_map(*_request(path="../elsewhere")))
+    assert not response.success and "not loaded" in response.message
+    response = run(handlers.localize_in_map(*_request(path="", localize=True)))
+    assert not response.success and "no place map loaded" in response.message
+    assert thread.facts().localization.state == NO_MAP
+
+
+def test_load_then_a_corrupt_map_leaves_the_first_loaded(tmp_path):
+    import shutil
+
+    from lingbot_ros.ros.backend.factory import MapAccess
+    thread, *_ = make_thread(tmp_path)
+    stored = stored_map(tmp_path)  # tmp_path/lab
+    handlers, run = _handlers(tmp_path, MapAccess(thread, "map", "fixed", True))
+    response = run(handlers.load_map(*_request(path="lab")))
+    assert response.success and response.keyframes == len(stored), response.message
+    shutil.copytree(tmp_path / "lab", tmp_path / "bad")
+    blob = bytearray((tmp_path / "bad" / "codes.npy").read_bytes())
+    blob[-1] ^= 0x01
+    (tmp_path / "bad" / "codes.npy").write_bytes(bytes(blob))
+    response = run(handlers.load_map(*_request(path="bad")))
+    assert not response.success and "codes.npy does not match its SHA-256" in response.message
+    loc = thread.facts().localization
+    assert (loc.state, loc.map_id) == (LOADED, stored.map_id)
+    request, response = _request(path="", localize=True)
+    request.use_prior, request.prior_radius_m = True, 5.0
+    request.prior_pose.orientation.w = 1.0
+    response = run(handlers.localize_in_map(request, response))
+    assert response.success and not response.localized, response.message
+    assert thread.facts().localization.state == WAITING
