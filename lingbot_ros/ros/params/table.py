@@ -167,8 +167,8 @@ PARAMS: tuple[Param, ...] = (
     # --- files
     P("files.root", str, "", "settings.files_root",
       "the folder every path given to the node resolves under (~/save_trajectory, "
-      "~/save_map, ~/save_session, ~/load_session, session.resume_from, "
-      "session.save_on_shutdown): relative paths are its, paths and symlinks leading "
+      "~/save_map, ~/save_session, ~/load_session, ~/load_map, ~/localize_in_map, "
+      "session.resume_from, session.save_on_shutdown, map.load_on_start): relative paths are its, paths and symlinks leading "
       "outside are refused; created at configure. Empty = $ROS_HOME/lingbot_ros "
       "(~/.ros/lingbot_ros); '/' = anywhere (WARN)"),
     # --- paged KV cache
