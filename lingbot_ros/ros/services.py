@@ -182,8 +182,12 @@ class Services:
 
     async def _save_map(self, request, response):
         """The PLY, then with ``place_map`` the back end's place map (on its thread,
-        awaited: ``MapHandlers.save_place_map``)."""
-        self._save_ply(request, response)
+        awaited: ``MapHandlers.save_place_map``); ``path`` "" with ``place_map``: the place
+        map only (no PLY: ``publish.map_points`` may be off)."""
+        if request.place_map and not request.path:
+            response.success, response.message = True, "no PLY (path \"\")"
+        else:
+            self._save_ply(request, response)
         if response.success and request.place_map:
             ok, message, keyframes = await self._maps.save_place_map(request.place_map)
             response.success, response.keyframes = ok, keyframes

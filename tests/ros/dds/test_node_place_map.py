@@ -10,7 +10,8 @@ confirmation, map -> odom -- runs through the real model and session. The scale 
 metres and the map is saved in metres.
 
 1. Node 1 runs a pass of the synthetic scene with ``loop.enable``, then ~/save_map with
-   ``place_map``: the PLY and the place map (metres, scale source ``fixed``).
+   ``place_map``: the PLY and the place map (metres, scale source ``fixed``); the place map
+   alone (``path`` ""), replacing its own; a folder not ours is refused, untouched.
 2. This process writes a *moved* copy of that map (every pose times a known rigid ``G``),
    so the localization has a non-trivial answer: node 2 must end up in the moved map's
    frame, its map -> odom ``bo G bo^-1`` (``bo``: the optical frame in the camera body
@@ -63,9 +64,14 @@ class MapProbe(LoopProbe):
 
 
 def send_and_wait(probe, images) -> None:
+    """Publish ``images``; return once the last one's pose and its /tf (another topic:
+    odom -> camera and map -> odom go out in one message, after the pose) arrived."""
     for msg in images:
         probe.publish_image(msg)
-    probe.wait_for_pose_of(stamp_ns(images[-1].header.stamp), timeout=180)
+    last = stamp_ns(images[-1].header.stamp)
+    probe.wait_for_pose_of(last, timeout=180)
+    probe.wait_until(lambda: last in transforms(probe, "odom", CAMERA), 30,
+                     f"the /tf of {last}")
 
 
 def wait_backend_idle(probe, keyframes: int) -> None:
@@ -114,6 +120,13 @@ def test_a_saved_map_gives_a_second_node_the_first_ones_map_frame(tmp_path, ros_
         saved = probe.request("save_map", path="map1.ply", place_map="map1")
         assert saved.success, saved.message
         assert saved.keyframes >= 1 and "(m)" in saved.message, saved.message
+        alone = probe.request("save_map", path="", place_map="map1")  # replaces our own
+        assert alone.success and alone.keyframes == saved.keyframes, alone.message
+        (tmp_path / "theirs").mkdir()
+        (tmp_path / "theirs" / "notes.txt").write_text("not ours\n")
+        refused = probe.request("save_map", path="", place_map="theirs")
+        assert not refused.success and "theirs" in refused.message, refused.message
+        assert (tmp_path / "theirs" / "notes.txt").read_text() == "not ours\n"
         node1_poses = poses_of(probe)
     assert (tmp_path / "map1.ply").is_file()
     from lingbot_ros.loop.place_map import read_place_map
