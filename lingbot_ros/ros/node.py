@@ -161,7 +161,7 @@ class LingbotNode(LifecycleNode):
         if resumed is not None and not self.snapshots.continue_scale(
                 resumed, scale, settings.resume_from):
             return TransitionCallbackReturn.FAILURE
-        error = self.backend.configure(settings, session, self.get_logger())
+        error = self.backend.configure(settings, session, self.get_logger(), files)
         if error:
             self.get_logger().error(f"configure failed: {error}")
             return TransitionCallbackReturn.FAILURE
@@ -393,7 +393,7 @@ class LingbotNode(LifecycleNode):
             stream=self._stream_view, reset=self.reset_stream, pause=self.set_paused,
             save_map=self.save_map, save_session=self.save_session,
             load_session=self.load_session, session_info=self.telemetry.session_info,
-            facts=self.facts.read)
+            facts=self.facts.read, maps=self.backend.map_access)
 
     def _stream_view(self) -> Optional[StreamView]:
         """The configured stream as the services see it (None: unconfigured)."""

@@ -1,5 +1,6 @@
 """The node's services: ~/reset, ~/pause, ~/get_cache_info, ~/save_trajectory, ~/save_map,
-~/save_session, ~/load_session.
+~/save_session, ~/load_session; ~/load_map and ~/localize_in_map (and ~/save_map's place
+map) through ``MapHandlers`` (ros/backend/map_services.py).
 
 The handlers get ``ServiceCalls``, not the node: the node's actions (reset, pause, saves,
 load) and its reads (the configured stream's ``StreamView``, the session's info, the
@@ -13,13 +14,14 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 from lingbot_ros_interfaces.msg import CacheInfo
-from lingbot_ros_interfaces.srv import (GetCacheInfo, LoadSession, SaveMap, SaveSession,
-                                       SaveTrajectory)
+from lingbot_ros_interfaces.srv import (GetCacheInfo, LoadMap, LoadSession, LocalizeInMap,
+                                       SaveMap, SaveSession, SaveTrajectory)
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from std_srvs.srv import SetBool, Trigger
 
 from ..geometry import write_tum
 from ..scale import units_header
+from .backend.map_services import MapHandlers
 from .lifecycle.file_policy import write_target
 from .lifecycle.snapshot_handlers import wait_done
 from .outputs.messages import cache_info
@@ -50,6 +52,7 @@ class ServiceCalls:
     load_session: Callable[[Path], tuple[bool, str, int]]
     session_info: Callable[[], Optional[Any]]  # NodeTelemetry.session_info
     facts: Callable[[], Optional[NodeFacts]]  # the worker's latest
+    maps: Callable[[], Optional[Any]] = lambda: None  # MapAccess (None: loop.enable off)
 
 
 class Services:
@@ -61,7 +64,9 @@ class Services:
         """``node``: the rclpy node the services, the log and the clock belong to."""
         self._node = node
         self._calls = calls
+        self._maps = MapHandlers(node, calls.stream, calls.maps)
         group = MutuallyExclusiveCallbackGroup()  # never blocked by the image intake
+        maps = MutuallyExclusiveCallbackGroup()  # place maps: awaited on the back end's thread
         self._services = [
             node.create_service(srv_type, name, self._answered(name, handler),
                                 callback_group=own_group or group)
@@ -70,7 +75,9 @@ class Services:
                 (GetCacheInfo, "~/get_cache_info", self._cache_info, None),
                 (SaveTrajectory, "~/save_trajectory", self._save, None),
                 (SetBool, "~/pause", self._pause, None),
-                (SaveMap, "~/save_map", self._save_map, None),
+                (SaveMap, "~/save_map", self._save_map, maps),
+                (LoadMap, "~/load_map", self._maps.load_map, maps),
+                (LocalizeInMap, "~/localize_in_map", self._maps.localize_in_map, maps),
                 # its own group: a save being written (awaited) holds up no other service
                 (SaveSession, "~/save_session", self._save_session,
                  MutuallyExclusiveCallbackGroup()),
@@ -173,12 +180,21 @@ class Services:
                             f"to {path}")
         return response
 
-    def _save_map(self, request, response):
-        if getattr(request, "place_map", ""):  # SaveMap.srv's place map: issue 34, item 5
-            response.success = False
-            response.message = ("place_map: writing the back end's place map is not "
-                                "implemented yet; call with place_map '' for the PLY")
-            return response
+    async def _save_map(self, request, response):
+        """The PLY, then with ``place_map`` the back end's place map (on its thread,
+        awaited: ``MapHandlers.save_place_map``); ``path`` "" with ``place_map``: the place
+        map only (no PLY: ``publish.map_points`` may be off)."""
+        if request.place_map and not request.path:
+            response.success, response.message = True, "no PLY (path \"\")"
+        else:
+            self._save_ply(request, response)
+        if response.success and request.place_map:
+            ok, message, keyframes = await self._maps.save_place_map(request.place_map)
+            response.success, response.keyframes = ok, keyframes
+            response.message = f"{response.message}; {message}"
+        return response
+
+    def _save_ply(self, request, response):
         stream = self._calls.stream()
         path = _target(stream, "no map", request.path, response)
         if path is None:

@@ -26,7 +26,8 @@ from ...geometry import VoxelMap, as_transforms, frame_points, rigid_inverse
 from ...scale import c2w_to_metres, depth_to_metres
 from ..tf.frame_chain import FrameChain
 
-__all__ = ["odom_correction", "corrected_path", "rebuild_map", "metric_result", "KeyframeDepth"]
+__all__ = ["odom_correction", "corrected_path", "rebuild_map", "metric_result", "KeyframeDepth",
+           "frame_correction"]
 
 KeyframeDepth = tuple  # (id, T_map_cam (4, 4), depth (h, w) float32, K (3, 3), stride)
 REBUILD_GREY = 200  # the rebuilt map's colour: the stored depths carry no colour
@@ -41,6 +42,20 @@ def odom_correction(chain: FrameChain, C: np.ndarray) -> np.ndarray:
         raise ValueError(f"correction must be one finite (4, 4) transform, got {C.shape}")
     bo = chain.T_base_optical
     return bo @ C @ rigid_inverse(bo)
+
+
+def frame_correction(backend, chain: FrameChain) -> tuple[dict, str]:
+    """What a frame's outputs take from the back end (``BackendThread``, None: loop.enable
+    off): ``Outputs.publish``'s keywords (``map_to_odom``; ``hold_map_to_odom`` while a
+    stored map's localization is awaited) and ~/status's note then ("" otherwise)."""
+    if backend is None:
+        return {}, ""
+    facts = backend.facts()
+    kw = {"map_to_odom": odom_correction(chain, facts.correction)}
+    localization = facts.localization
+    if not localization.hold_map_to_odom:
+        return kw, ""
+    return dict(kw, hold_map_to_odom=True), localization.status_note()
 
 
 def corrected_path(chain: FrameChain, poses: dict, stamps: dict

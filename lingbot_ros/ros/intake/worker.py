@@ -33,7 +33,7 @@ from std_msgs.msg import Header
 
 from ...session import FrameFailed, FrameRejected, FrameResult
 from ..backend.backend_thread import BackendThread
-from ..backend.corrections import odom_correction
+from ..backend.corrections import frame_correction
 from ..outputs.messages import ns_to_stamp, stamp_to_ns
 from ..status.node_facts import FactsBoard, NodeFacts
 from ..status.telemetry import NodeTelemetry
@@ -379,13 +379,12 @@ class FrameWorker:
         """One frame's outputs (its scale sample first); returns (what did not go out,
         whether its metric outputs were withheld)."""
         depth_due = frame.depth_due if outcome.index >= self._num_scale_frames else None
-        backend = self._backend  # loop.enable: map -> odom is its correction
-        kw = ({} if backend is None else
-              {"map_to_odom": odom_correction(frame.chain, backend.facts().correction)})
+        # loop.enable: map -> odom is its correction (withheld while a localization waits)
+        kw, waiting = frame_correction(self._backend, frame.chain)
         if self._scale is None:
             note = self._outputs.publish(outcome, frame.chain, depth_due, **kw)
             self._offer_keyframe(outcome, frame, None)
-            return note, False
+            return note or waiting, False
         # the frame's sample first: its own outputs may be the first in metres
         scale = self._scale.on_frame(outcome, frame.chain.T_base_optical)
         if self._scale_topic is not None:
@@ -396,7 +395,7 @@ class FrameWorker:
             self._offer_keyframe(outcome, frame, None)
         elif scale.output_factor is not None:  # a metric source: the back end works in metres
             self._offer_keyframe(outcome, frame, scale.output_factor)
-        return note, withheld
+        return note or waiting, withheld
 
     def _offer_keyframe(self, outcome: FrameResult, frame: PendingFrame,
                         metres_per_unit: Optional[float]) -> None:

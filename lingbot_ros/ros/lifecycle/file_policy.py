@@ -64,9 +64,9 @@ def unconfined_warning(files: FileRoot) -> Optional[str]:
     if files.confined:
         return None
     return ("files.root is '/': the file services (~/save_trajectory, ~/save_map, "
-            "~/save_session, ~/load_session) take any path the node's user can reach, from "
-            "any peer on the DDS network (docs/node.md, Files); set files.root to a folder "
-            "to confine them")
+            "~/save_session, ~/load_session, ~/load_map, ~/localize_in_map) take any path "
+            "the node's user can reach, from any peer on the DDS network (docs/node.md, "
+            "Files); set files.root to a folder to confine them")
 
 
 def _literal(files: FileRoot, given: str) -> Path:

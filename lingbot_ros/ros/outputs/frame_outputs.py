@@ -142,14 +142,16 @@ class Outputs:
     def publish(self, result: FrameResult, chain: FrameChain,
                 depth_due: Optional[bool] = None,
                 scale: Optional[ScaleEstimate] = None,
-                map_to_odom: Optional[np.ndarray] = None) -> str:
+                map_to_odom: Optional[np.ndarray] = None,
+                hold_map_to_odom: bool = False) -> str:
         """All outputs of one frame. ``depth_due``: ``depth_wanted()[0]`` when the frame was
         handed in (None: the topic's own period decides here). ``scale``: the stream's scale
         snapshot for this frame (None: model units). ``map_to_odom``: (4, 4) the loop-closure
         back end's correction in the node's frames and output units (``loop.enable``;
         ros/backend/corrections.py): ~/pose, ~/path and the points go out in map through
         it, /tf carries it as map -> odom, odom -> base and ~/odometry stay the front end's
-        (None: the identity). Returns "" when every output went out,
+        (None: the identity); ``hold_map_to_odom``: map -> odom is not put on /tf (a stored
+        map's localization is awaited). Returns "" when every output went out,
         else what did not (map -> odom without the other odometry's odom -> base; the metric
         outputs withheld before the scale locked): ~/status carries it."""
         cfg = self.config
@@ -187,7 +189,8 @@ class Outputs:
                                           scale.sigma_log, linear)
         self.odometry.publish(odometry(T_odom, stamp, odom_frame, chain.tracked_frame, linear,
                                        angular, pose_cov, twist_cov))
-        transforms = self._transforms(T, M, stamp, result.stamp_ns, chain.tracked_frame)
+        transforms = self._transforms(T, M, stamp, result.stamp_ns, chain.tracked_frame,
+                                      not hold_map_to_odom)
         if transforms:
             self.tf.publish(TFMessage(transforms=transforms))
         self._publish_camera_info(result, chain, stamp)
@@ -290,17 +293,18 @@ class Outputs:
         return body_velocity(previous[1], T, (stamp_ns - previous[0]) * 1e-9)
 
     def _transforms(self, T_odom_tracked: np.ndarray, M: np.ndarray, stamp, stamp_ns: int,
-                    tracked: str) -> list:
+                    tracked: str, map_to_odom: bool = True) -> list:
         """``T_odom_tracked``: the front end's pose (odom, continuous); ``M``: map -> odom
-        (the back end's correction, or the identity)."""
+        (the back end's correction, or the identity); ``map_to_odom`` False: not sent."""
         cfg = self.config
         out = []
         T_map_tracked = M @ T_odom_tracked
+        with_map = cfg.publish_map_to_odom and map_to_odom
         if cfg.publish_odom_to_base:  # we are the odometry: map -> odom is the correction
             out.append(transform(T_odom_tracked, stamp, cfg.odom_frame, tracked))
-            if cfg.publish_map_to_odom:
+            if with_map:
                 out.append(transform(M, stamp, cfg.map_frame, cfg.odom_frame))
-        elif cfg.publish_map_to_odom:  # another node owns odom -> base: correct its drift
+        elif with_map:  # another node owns odom -> base: correct its drift
             try:
                 T_odom_tracked = self._tf_tree.lookup(cfg.odom_frame, tracked, stamp_ns)
             except TransformError as exc:

@@ -167,8 +167,8 @@ PARAMS: tuple[Param, ...] = (
     # --- files
     P("files.root", str, "", "settings.files_root",
       "the folder every path given to the node resolves under (~/save_trajectory, "
-      "~/save_map, ~/save_session, ~/load_session, session.resume_from, "
-      "session.save_on_shutdown): relative paths are its, paths and symlinks leading "
+      "~/save_map, ~/save_session, ~/load_session, ~/load_map, ~/localize_in_map, "
+      "session.resume_from, session.save_on_shutdown, map.load_on_start): relative paths are its, paths and symlinks leading "
       "outside are refused; created at configure. Empty = $ROS_HOME/lingbot_ros "
       "(~/.ros/lingbot_ros); '/' = anywhere (WARN)"),
     # --- paged KV cache
@@ -391,10 +391,11 @@ PARAMS: tuple[Param, ...] = (
       "keyframes waiting for verification on the back end's thread; a keyframe beyond them "
       "still enters the database and the graph, unverified (counted busy)", range=(1, 1000)),
     P("map.load_on_start", str, "", "settings.map_load_on_start",
-      "a place map (~/save_map's place_map) loaded at configure; \"\" = none"),
+      "a place map (~/save_map's place_map, under files.root) loaded at configure for "
+      "relocalization; needs loop.enable and a metric scale.source; \"\" = none"),
     P("map.localize_on_start", bool, False, "settings.map_localize_on_start",
-      "with map.load_on_start: relocalize the stream in it from the first keyframes (needs a "
-      "metric scale)"),
+      "with map.load_on_start: relocalize the stream in it from the first keyframes; map -> "
+      "odom is withheld until localized"),
     # --- outputs
     P("publish.depth_rate_hz", float, 10.0, "node.depth_rate_hz",
       "~/depth and ~/depth/camera_info at most this often; 0 = off", range=(0.0, 1000.0)),

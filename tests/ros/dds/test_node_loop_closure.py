@@ -2,7 +2,8 @@
 node in a child process with ``loop.enable`` and the tiny random model, a probe in this one.
 
 The model is the tiny preset with random weights (seeded), saved as a checkpoint whose camera
-head's last layer is scaled down and biased to the identity pose (``steady_tiny_checkpoint``):
+head's last layer is scaled down and biased to the identity pose
+(``steady_camera_checkpoint``, tests/loop/still_camera.py):
 every pose is then near the first one with small random differences, so a pair's relative pose
 keeps its two views overlapping (with the head as drawn, the pair's random pose projects the
 current frame out of the keyframe's view: every candidate was ``little_overlap``) while the
@@ -31,6 +32,7 @@ import time
 
 import numpy as np
 
+from tests.loop.still_camera import steady_camera_checkpoint
 from tests.ros.node_harness import NodeProcess, Probe, good_images, stamp_ns
 from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
 
@@ -45,24 +47,6 @@ GATES = {"loop.enable": True, "loop.min_age_s": 1.0, "loop.min_keyframe_distance
 PARAMS = {**GATES, "qos.image": "reliable", "qos.image_depth": 100, "queue_size": 100,
           "loop.queue_size": 100, "publish.map_points": True}
 CAMERA = "camera_optical_frame"  # camera-only (TINY_PARAMS): the tracked frame
-
-
-def steady_tiny_checkpoint(path) -> None:
-    """The tiny preset, seeded random weights, its camera head's output layer scaled by 0.02
-    and biased to the identity quaternion and a 0.3 rad FoV per refinement step: near-static
-    poses, random depth (module docstring). Safetensors, as a converted checkpoint."""
-    import torch
-    from safetensors.torch import save_file
-
-    from lingbot_ros.model import GCTConfig, GCTModel
-    torch.manual_seed(0)
-    state = GCTModel(GCTConfig.tiny()).state_dict()
-    weight, bias = "camera_head.pose_branch.fc2.weight", "camera_head.pose_branch.fc2.bias"
-    state[weight] = state[weight] * 0.02
-    state[bias] = torch.zeros_like(state[bias])
-    state[bias][6] = 0.25  # qw: [tx ty tz qx qy qz qw fov_h fov_w], summed over 4 steps
-    state[bias][7:9] = 0.3
-    save_file({k: v.contiguous() for k, v in state.items()}, str(path))
 
 
 class LoopProbe(Probe):
@@ -111,7 +95,7 @@ def test_a_looped_stream_closes_a_loop_in_map_to_odom_only(tmp_path, ros_env):
     last = stamp_ns(first[-1].header.stamp)
     second = good_images(PASS_FRAMES, start_ns=last + 1_000_000_000)  # the same images, later
     checkpoint = tmp_path / "steady_tiny.safetensors"
-    steady_tiny_checkpoint(checkpoint)
+    steady_camera_checkpoint(checkpoint)
     params = {**PARAMS, "checkpoint": str(checkpoint)}
     with NodeProcess(ros_env, tmp_path, params) as node, LoopProbe() as probe:
         probe.wait_active(node)
