@@ -1,4 +1,5 @@
-"""python -m lingbot_ros.tools.bench.loop.graph_cost: its JSON, on a small graph (no timing checked)."""
+"""python -m lingbot_ros.tools.bench.loop.graph_cost: its JSON, on a small graph (no timing
+checked)."""
 import json
 
 from lingbot_ros.tools.bench.loop.graph_cost import main

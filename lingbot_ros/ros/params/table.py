@@ -168,8 +168,9 @@ PARAMS: tuple[Param, ...] = (
     P("files.root", str, "", "settings.files_root",
       "the folder every path given to the node resolves under (~/save_trajectory, "
       "~/save_map, ~/save_session, ~/load_session, ~/load_map, ~/localize_in_map, "
-      "session.resume_from, session.save_on_shutdown, map.load_on_start): relative paths are its, paths and symlinks leading "
-      "outside are refused; created at configure. Empty = $ROS_HOME/lingbot_ros "
+      "session.resume_from, session.save_on_shutdown, map.load_on_start): relative paths "
+      "are its, paths and symlinks leading outside are refused; created at configure. "
+      "Empty = $ROS_HOME/lingbot_ros "
       "(~/.ros/lingbot_ros); '/' = anywhere (WARN)"),
     # --- paged KV cache
     P("cache.window", int, 64, "session.window", "frames of full context, current included",

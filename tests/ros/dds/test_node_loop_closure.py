@@ -13,8 +13,8 @@ The input is a looped stream: a sequence of the synthetic scene, then the same i
 with later stamps, so the second pass revisits the first one's places with the same pixels
 (the place descriptors of its keyframes equal the first pass's). Random weights make every
 pose meaningless, so the gates are opened wide (``GATES``: a minimum age that only the
-revisit passes, any inlier fraction, any correction, any agreement); what is tested is the contract, never
-accuracy:
+revisit passes, any inlier fraction, any correction, any agreement); what is tested is the
+contract, never accuracy:
 
 - candidates appear (/diagnostics ``loop_candidates``), a loop is accepted and goes out on
   ``~/loop_closures`` (map frame, the current and matched keyframes' stamps);

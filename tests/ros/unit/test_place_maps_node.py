@@ -17,7 +17,7 @@ from lingbot_ros.geometry import rigid_inverse
 from lingbot_ros.loop.config import LoopConfig
 from lingbot_ros.loop.place_map import PlaceMapError, place_map_from
 from lingbot_ros.loop.relocalize import Relocalizer
-from lingbot_ros.ros.backend.backend_thread import BackendThread, Reply
+from lingbot_ros.ros.backend.backend_thread import BackendThread
 from lingbot_ros.ros.backend.corrections import frame_correction, odom_correction
 from lingbot_ros.ros.backend.place_maps import (LOADED, LOCALIZED, NO_MAP, WAITING,
                                                 node_place_map, prior_in_camera)
