@@ -25,13 +25,13 @@ import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Optional
+from typing import Callable, Iterable, Mapping, Optional, Union
 
 from ..geometry.atomic_file import check_replaceable, write_atomic
 from ..geometry.file_rules import FileRefused, FileRoot, kind_of
 
-__all__ = ["OurFile", "OutRefused", "check_out_folder", "check_out_file", "check_our_folder",
-           "json_report_begins", "write_json_report", "HEAD_BYTES"]
+__all__ = ["OurFile", "OurFolder", "OutRefused", "check_out_folder", "check_out_file",
+           "check_our_folder", "json_report_begins", "write_json_report", "HEAD_BYTES"]
 
 HEAD_BYTES = 4096  # what is read of an existing output to tell whether we wrote it
 
@@ -48,6 +48,16 @@ class OurFile:
     name: str
     begins: bytes
     mark: bytes = b""
+
+
+@dataclass(frozen=True)
+class OurFolder:
+    """A folder a tool writes inside a unit's folder (``lingbot-ros-eval --save-maps``'s
+    ``place_map``): ``name``, and ``check(path)``, which answers for an existing folder
+    whether it is one of ours (returns) or not (raises ``FileExistsError`` or ``ValueError``
+    with the reason: e.g. ``loop/map_folder.check_replaceable``)."""
+    name: str
+    check: Callable[[Path], object]
 
 
 def _head(path: Path) -> bytes:
@@ -164,11 +174,34 @@ def write_json_report(path, tool: str, report: dict) -> Path:
     return write_atomic(path, text.encode(), replaces=json_report_begins(tool))
 
 
-def check_our_folder(given, sub: str, files: Mapping[str, OurFile],
+def _check_subfolder(path: Path, spec: OurFolder, sub: str, what: str, given) -> None:
+    """``sub/spec.name`` must be a folder (not a link) that ``spec.check`` calls ours."""
+    name = f"{sub}/{spec.name}"
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError as exc:  # removed meanwhile, unreadable
+        raise OutRefused(f"{what} {given}: {name} cannot be checked: "
+                         f"{exc.strerror or exc}", given) from None
+    if not stat.S_ISDIR(mode):
+        raise OutRefused(f"{what} {given}: {name} is {kind_of(mode)}, not a folder: it is "
+                         "never replaced", given)
+    try:
+        spec.check(path)
+    except (FileExistsError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise OutRefused(f"{what} {given}: {name}: {reason}; move it away or choose "
+                         f"another {what}", given) from None
+    except OSError as exc:
+        raise OutRefused(f"{what} {given}: {name} cannot be checked: "
+                         f"{exc.strerror or exc}", given) from None
+
+
+def check_our_folder(given, sub: str, files: Mapping[str, Union[OurFile, OurFolder]],
                      what: str = "--out") -> None:
     """A folder ``sub`` of the output folder that the run replaces WHOLE (a unit's folder of
     ``lingbot-ros-eval``): absent, or a folder (not a link) holding only ``files`` (by name),
-    each ours. Call after :func:`check_out_folder`."""
+    each ours: an :class:`OurFile` a regular file beginning as ours, an :class:`OurFolder` a
+    folder its ``check`` accepts. Call after :func:`check_out_folder`."""
     folder = FileRoot(None).resolve(str(given)) / sub
     try:
         mode = os.lstat(folder).st_mode
@@ -186,5 +219,8 @@ def check_our_folder(given, sub: str, files: Mapping[str, OurFile],
             raise OutRefused(f"{what} {given}: {sub}/{entry} was not written by lingbot_ros "
                              f"and {sub} would be replaced whole; move it away or choose "
                              f"another {what}", given)
+        if isinstance(spec, OurFolder):
+            _check_subfolder(folder / entry, spec, sub, what, given)
+            continue
         _check_file(folder / entry, OurFile(f"{sub}/{entry}", spec.begins, spec.mark),
                     what, given)

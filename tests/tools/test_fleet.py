@@ -488,6 +488,26 @@ def test_the_benchmark_with_loop_closure_on_the_cluster(cluster, tmp_path):
     assert kitti["input_size_hw"] == [280, 504] and kitti["scale_frames"] == 8
 
 
+def test_each_units_place_map_is_written_on_its_worker(cluster, sequences, tmp_path):
+    """--loop-closure --save-maps on two workers: each unit's run writes its place map on
+    its worker into its staging folder, committed with the unit as
+    OUT/<sequence>/<policy>/place_map/; the manifest lists every file of it, the summary
+    names its final place."""
+    from lingbot_ros.loop.place_map import read_place_map
+    out = tmp_path / "eval"
+    cluster.eval(sequences[0], *POLICIES, "--out", out, "--loop-closure", "--save-maps",
+                 *FAST, "--gpus-per-worker", "1", check_rc=0)
+    manifest = json.loads((out / "manifest.json").read_text())["units"]
+    for result in json.loads((out / "results.json").read_text()):
+        unit = out / result["sequence"] / result["policy"]
+        assert len(read_place_map(unit / "place_map")) >= 1
+        assert result["summary"]["outputs"]["place_map"] == str(unit / "place_map")
+        on_disk = {p.name for p in unit.iterdir() if p.is_file()} | \
+            {f"place_map/{p.name}" for p in (unit / "place_map").iterdir()}
+        assert set(manifest[f"{result['sequence']}/{result['policy']}"]["files"]) == on_disk
+    assert not list((out / ".fleet" / "staging").glob("*"))  # every attempt committed
+
+
 def test_resume_without_ray_redoes_only_missing_or_changed_units(sequences, local_run,
                                                                   tmp_path):
     out = tmp_path / "eval"

@@ -6,18 +6,25 @@ loops and counts: :mod:`lingbot_ros.tools.metrics.loops`). :func:`loop_summary` 
 from the unit's folder and evaluates the optimised trajectory against the run's
 ``groundtruth.tum`` exactly as the front end's is (the same association knobs, Sim(3) ATE,
 RPE): the unit's summary gets it as ``loop_closure``, and the table the columns below.
+
+With ``--save-maps`` each unit also writes its run's place map (``lingbot-ros-offline
+--save-map``) as the folder ``place_map/`` of its unit folder (:data:`PLACE_MAP`): a unit
+folder may hold it when it is a place map of ours (``loop/map_folder.py``).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from ...geometry import read_tum
+from ...loop.map_folder import check_replaceable as check_place_map
 from ..metrics.loops import read_loops
 from ..metrics.trajectory import evaluate
 from ..offline.outputs import OFFLINE_FILES
-from ..out_folder import OurFile
+from ..offline.run_spec import UNIT_PLACE_MAP
+from ..out_folder import OurFile, OurFolder
 
-__all__ = ["LOOP_FILES", "LOOP_COLUMNS", "unit_files", "loop_summary", "loop_row"]
+__all__ = ["LOOP_FILES", "LOOP_COLUMNS", "PLACE_MAP", "unit_files", "loop_summary",
+           "loop_row"]
 
 OPTIMIZED = "trajectory_optimized.tum"
 LOOPS = "loops.json"
@@ -25,6 +32,9 @@ LOOPS = "loops.json"
 # loops.json is a JSON object)
 LOOP_FILES = {OPTIMIZED: OurFile(OPTIMIZED, OFFLINE_FILES["trajectory.tum"].begins),
               LOOPS: OurFile(LOOPS, b"{")}
+# --save-maps: the unit's place map, a folder of ours ("map", or "empty"; else refused)
+PLACE_MAP = UNIT_PLACE_MAP  # where OfflineRun.from_settings puts a unit's save_map
+LOOP_FOLDERS = {PLACE_MAP: OurFolder(PLACE_MAP, check_place_map)}
 LOOP_COLUMNS = (
     ("opt_ate_sim3_rmse", "ATE Sim(3) RMSE optimised"),
     ("opt_rpe_1f_trans_rmse", "RPE 1 frame trans RMSE optimised"),
@@ -34,8 +44,8 @@ LOOP_COLUMNS = (
 
 def unit_files() -> dict:
     """The files a unit's folder may hold: the offline run's and the loop-closure ones (the
-    offline runner's own list wins where it names them)."""
-    return {**LOOP_FILES, **OFFLINE_FILES}
+    offline runner's own list wins where it names them), and the folder ``place_map``."""
+    return {**LOOP_FILES, **OFFLINE_FILES, **LOOP_FOLDERS}
 
 
 def loop_summary(folder, summary: dict) -> dict:

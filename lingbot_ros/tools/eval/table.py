@@ -3,7 +3,7 @@
     lingbot-ros-eval SEQ [SEQ ...] [--policies all,every_n,flow] [--out eval_out]
                      [--checkpoint W.pt] [--device cuda] [offline options]
                      [--ray ADDRESS [--gpus-per-worker 1] [--workers N]] [--resume]
-                     [--loop-closure]
+                     [--loop-closure [--save-maps]]
     lingbot-ros-eval --benchmark lingbot-map --data-root ROOT [--loop-closure] [...]
 
 Each sequence (a dataset folder, image folder, video or bag; its ground truth as
@@ -27,9 +27,12 @@ the ones an earlier run left.
 
 ``--loop-closure`` runs each unit with the back end (``lingbot-ros-offline --loop-closure``)
 and adds columns: the optimised trajectory's ATE / RPE beside the front end's, and the loops
-accepted (tools/eval/loop_columns.py). ``--benchmark lingbot-map`` runs upstream
-LingBot-Map's benchmark protocol on the datasets under ``--data-root`` and prints our numbers
-beside its published ones (tools/eval/benchmark.py; also ``OUT/benchmark.md``).
+accepted (tools/eval/loop_columns.py); with ``--save-maps`` each unit also writes its place
+map as ``OUT/<sequence>/<policy>/place_map/`` (its summary's ``outputs.place_map``; its files
+are in the manifest, so ``--resume`` redoes a unit whose map was altered or removed).
+``--benchmark lingbot-map`` runs upstream LingBot-Map's benchmark protocol on the datasets
+under ``--data-root`` and prints our numbers beside its published ones
+(tools/eval/benchmark.py; also ``OUT/benchmark.md``).
 """
 from __future__ import annotations
 
@@ -93,6 +96,9 @@ def parse_args(argv):
     p.add_argument("--loop-closure", action="store_true",
                    help="run each unit with the loop-closure back end; adds the optimised "
                    "trajectory's ATE/RPE and the loops accepted")
+    p.add_argument("--save-maps", action="store_true",
+                   help="with --loop-closure: each unit also writes its run's place map "
+                   "(lingbot-ros-offline --save-map) as OUT/<sequence>/<policy>/place_map/")
     p.add_argument("--loop-param", action="append", default=[], metavar="NAME=VALUE",
                    help="with --loop-closure or --localize-in: a loop.* setting of every "
                    "unit (lingbot-ros-offline --loop-param); repeatable")
@@ -137,6 +143,8 @@ def parse_args(argv):
         p.error("give sequences or --benchmark (not both)")
     if args.benchmark and not args.data_root:
         p.error("--benchmark needs --data-root")
+    if args.save_maps and not args.loop_closure:
+        p.error("--save-maps needs --loop-closure (a unit's place map is its back end's)")
     if args.snapshot_every < 0:
         p.error("--snapshot-every must be >= 0")
     if args.ray is None and (args.workers is not None or args.gpus_per_worker is not None):

@@ -11,7 +11,11 @@ message.
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
 from typing import Optional
+
+# lingbot-ros-eval --save-maps: the folder of a unit's out that its run's place map is
+UNIT_PLACE_MAP = "place_map"
 
 __all__ = ["OfflineRun", "OfflineRunError", "BadRunOptions", "CannotResume"]
 
@@ -103,12 +107,18 @@ class OfflineRun:
     def from_settings(cls, settings: dict, *, input: str = "", out: str = "",
                       keyframes: str = "all", no_progress: bool = True,
                       save_session: Optional[str] = None, snapshot_every: int = 0,
-                      resume: Optional[str] = None) -> "OfflineRun":
+                      resume: Optional[str] = None,
+                      save_map: Optional[str] = None) -> "OfflineRun":
         """A fleet unit's run: ``settings`` (the options that decide the numbers, every
-        other field; TypeError for one missing or unknown) with the unit's own."""
+        other field; TypeError for one missing or unknown) with the unit's own. With the
+        setting ``save_maps`` (``lingbot-ros-eval --save-maps``) the run's ``save_map`` is
+        the unit's own folder ``out/place_map`` (:data:`UNIT_PLACE_MAP`), never shared."""
+        settings = dict(settings)
+        if settings.pop("save_maps", False) and save_map is None and out:
+            save_map = str(Path(out) / UNIT_PLACE_MAP)
         values = dict(settings, input=input, out=out, keyframes=keyframes,
                       no_progress=no_progress, save_session=save_session,
-                      snapshot_every=snapshot_every, resume=resume)
+                      snapshot_every=snapshot_every, resume=resume, save_map=save_map)
         values["scale_param"] = tuple(values.get("scale_param") or ())
         values["loop_param"] = tuple(values.get("loop_param") or ())
         return cls(**values)

@@ -18,7 +18,8 @@ FORMAT = "lingbot_ros.fleet.manifest/1"
 class Manifest:
     """``OUT/manifest.json``: per unit key, its sequence (an absolute path), the fingerprint
     of its input's first frames, settings digest, worker, attempts and the SHA-256 of every
-    file it wrote."""
+    file it wrote (with ``--save-maps`` each file of its place map too, as
+    ``place_map/<name>``: an altered or removed map makes ``--resume`` redo the unit)."""
 
     def __init__(self, root, settings_sha256: str, units: Optional[dict] = None):
         self.path = Path(root) / MANIFEST

@@ -22,7 +22,7 @@ from ...offline.cli import run
 from ...offline.run_spec import CannotResume, OfflineRun
 from ...offline.save_resume import recording_fingerprint
 from ...sources.datasets import open_dataset
-from ..loop_columns import loop_summary
+from ..loop_columns import PLACE_MAP, loop_summary
 from .tree import OutputTree
 
 log = logging.getLogger("lingbot_ros.eval")
@@ -32,7 +32,8 @@ DRIVER_ONLY = frozenset({
     "sequences", "policies", "out", "keyframes", "no_progress", "ray", "workers",
     "gpus_per_worker", "cpus_per_worker", "retries", "resume", "snapshot_every",
     "save_session", "benchmark", "data_root",
-    "reoptimize"})  # lingbot-ros-offline's other mode (a run folder replayed), never a unit's
+    "reoptimize",  # lingbot-ros-offline's other mode (a run folder replayed), never a unit's
+    "save_map"})  # each unit's own path (--save-maps: its folder's place_map/), never shared
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,9 @@ def run_settings(args: argparse.Namespace) -> dict:
 def unit_run(settings: dict, policy: str = "all", overrides=(), **unit) -> OfflineRun:
     """The offline run of ``settings`` (with the unit's ``overrides``: a benchmark's width,
     stride, keyframe interval) with keyframe policy ``policy`` (the model itself does not
-    depend on the policy); ``unit``: the unit's own fields (input, out, snapshots)."""
+    depend on the policy); ``unit``: the unit's own fields (input, out, snapshots). With
+    ``save_maps`` (``--save-maps``) the run writes its place map into ``out/place_map``
+    (execute_unit's ``out``: the unit's staging folder)."""
     return OfflineRun.from_settings(dict(settings, **dict(overrides)), keyframes=policy,
                                     **unit)
 
@@ -145,6 +148,18 @@ def sha256_file(path) -> str:
     return digest.hexdigest()
 
 
+def unit_digests(folder: Path) -> dict:
+    """The SHA-256 of every file of a unit's folder, by name: its regular files, and each
+    file of its place map (``place_map/<name>``), so that ``--resume`` redoes a unit whose
+    map was altered or removed."""
+    files = {p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.is_file()}
+    place_map = folder / PLACE_MAP
+    if place_map.is_dir() and not place_map.is_symlink():
+        files.update({f"{PLACE_MAP}/{p.name}": sha256_file(p)
+                      for p in sorted(place_map.iterdir()) if p.is_file()})
+    return files
+
+
 def execute_unit(unit: WorkUnit, settings: dict, model, tree: OutputTree, worker: str,
                  show_progress: bool = False) -> UnitResult:
     """Run ``unit`` through a fresh session on ``model`` into a staging folder of ``tree``,
@@ -161,9 +176,13 @@ def execute_unit(unit: WorkUnit, settings: dict, model, tree: OutputTree, worker
         # The files' final place, not the staging folder they were written in.
         summary["outputs"] = {k: str(final / Path(v).name)
                               for k, v in summary.get("outputs", {}).items()}
+        if run_args.save_map:  # --save-maps: written by the back end into staging/place_map
+            if not (staging / PLACE_MAP).is_dir():
+                raise FileNotFoundError(f"the run wrote no place map ({PLACE_MAP}/)")
+            summary["outputs"]["place_map"] = str(final / PLACE_MAP)
         write_atomic(staging / "summary.json",
                      (json.dumps(summary, indent=2, default=str) + "\n").encode())
-        files = {p.name: sha256_file(p) for p in sorted(staging.iterdir()) if p.is_file()}
+        files = unit_digests(staging)
         tree.commit(staging, unit.key)
         if snapshots is not None:  # done: its snapshot has served
             shutil.rmtree(snapshots, ignore_errors=True)
