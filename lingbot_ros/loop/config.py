@@ -1,6 +1,6 @@
 """``LoopConfig``: the back end's settings, typed and checked (the node's ``loop.*``
-parameters, one row each in ros/params/table.py; the offline runner's options to come,
-docs/loop.md). Units: metres, seconds, degrees."""
+parameters, one row each in ros/params/table.py; the offline runner's and the evaluation's
+``--loop-param NAME=VALUE``; docs/loop.md). Units: metres, seconds, degrees."""
 from __future__ import annotations
 
 import math
