@@ -5,6 +5,10 @@
     cache.info()                  # counters and bytes, for services and diagnostics
     cache.reset()                 # between sequences; keeps the allocation
 
+``PagedKVCache(config, shared=pool)``: the stream's table draws its page ids from a
+``SharedKVPool`` and writes into its storage (several streams, one tensor); every count of
+``info()`` is then that of the same stream alone, ``bytes_reserved`` being its pages' share.
+
 The bookkeeping (PageTable) is pure Python and O(1) per frame step; this class only turns its
 plan into tensors once per step. Nothing here runs per layer except ``FrameTxn.write``.
 """
@@ -18,6 +22,7 @@ from ..config import CacheConfig
 from .frame_txn import FrameTxn
 from .layout import PagedKVLayout
 from .page_table import PageTable, StepPlan
+from .shared_pool import SharedKVPool
 from .special_stream import ceil_div
 from .step_kind import StepKind
 from .storage import KVStorage
@@ -34,10 +39,15 @@ class StepForecast:
 
 
 class PagedKVCache:
-    def __init__(self, config: CacheConfig) -> None:
+    def __init__(self, config: CacheConfig, shared: SharedKVPool | None = None) -> None:
         self.config = config
-        self.table = PageTable(config)
-        self.storage = KVStorage(config, self.table.num_pages)
+        self.shared = shared
+        if shared is None:
+            self.table = PageTable(config)
+            self.storage = KVStorage(config, self.table.num_pages)
+        else:
+            self.table = shared.table_for(config)
+            self.storage = shared.storage
         self._offsets = torch.arange(config.page_size)  # patch-slot offsets within a page
 
     @property
@@ -61,9 +71,7 @@ class PagedKVCache:
         if short:
             chunk = ceil_div(self.config.special_chunk_frames * self.config.num_special,
                               self.config.page_size)
-            grow_by = max(short, chunk)
-            self.storage.grow(grow_by)  # raises CacheFullError over budget, before mutating
-            self.table.add_special_pages(grow_by)
+            self._grow_special(max(short, chunk))  # CacheFullError over budget, unchanged
         plan = self.table.begin(num_frames, kind)
         as_forecast = forecast is not None and forecast.plan == plan
         if not as_forecast:
@@ -107,7 +115,7 @@ class PagedKVCache:
         stats.update(
             num_layers=self.config.num_layers,
             bytes_used=pages_used * self.config.bytes_per_page,
-            bytes_reserved=self.storage.nbytes,
+            bytes_reserved=self._bytes_reserved(),
             max_special_frames=self.config.max_special_frames,
             dtype=self.config.dtype,
             device=str(self.storage.device),
@@ -148,8 +156,7 @@ class PagedKVCache:
                                  f"{self.storage.dtype}")
         grow = int(state["special_pages_total"]) - self.table.special_pool.num_total
         if grow > 0:
-            self.storage.grow(grow)
-            self.table.add_special_pages(grow)
+            self._grow_special(grow)
         patch_pages, special_pages = self.table.load_state_dict(state)
         if (len(patch_pages), len(special_pages)) != (tensors["patch"].shape[1],
                                                       tensors["special"].shape[1]):
@@ -167,8 +174,25 @@ class PagedKVCache:
 
     def check_invariants(self) -> None:
         self.table.check_invariants()
-        if self.storage.num_pages != self.table.num_pages:
+        if self.shared is not None:
+            self.shared.check_invariants()
+        elif self.storage.num_pages != self.table.num_pages:
             raise AssertionError("storage and page table disagree on the page count")
+
+    def _grow_special(self, num_pages: int) -> None:
+        """The special pool gets ``num_pages`` more pages (its own storage grows, or the
+        shared pool grants them); ``CacheFullError`` over the budget, nothing changed."""
+        if self.shared is None:
+            self.storage.grow(num_pages)
+            self.table.add_special_pages(num_pages)
+        else:
+            self.shared.grow_special(self.table, num_pages)
+
+    def _bytes_reserved(self) -> int:
+        """The storage's bytes; with a shared pool, those of this stream's pages."""
+        if self.shared is None:
+            return self.storage.nbytes
+        return self.table.num_pages * self.config.bytes_per_page
 
     def _write_slots(self, plan) -> torch.Tensor:
         """(frames * tokens_per_frame,) int64 K rows the step's tokens go to, frame order."""

@@ -44,18 +44,21 @@ class StepPlan:
 
 
 class PageTable:
-    def __init__(self, config: CacheConfig) -> None:
+    def __init__(self, config: CacheConfig,
+                 pools: tuple[PagePool, PagePool] | None = None) -> None:
+        """``pools``: (patch pool, special pool) over ids of a shared storage, sized by
+        ``pool_sizes`` (``SharedKVPool.table_for``); None: ids ``[0, patch)`` and
+        ``[patch, patch + special)`` of the cache's own storage."""
         self.config = config
         ps, nsp = config.page_size, config.num_special
-        # +1: the step's own page, taken before the commit releases the oldest window page
-        num_patch_pages = config.scale_frames + config.window + 1
-        if config.max_special_frames is None:
-            num_special_pages = ceil_div(config.special_chunk_frames * nsp, ps) + 1
-        else:
-            num_special_pages = SpecialStream.pages_for_bound(
-                ps, nsp, config.scale_frames, config.max_special_frames)
-        self.patch_pool = PagePool(0, num_patch_pages)
-        self.special_pool = PagePool(num_patch_pages, num_special_pages)
+        num_patch_pages, num_special_pages = self.pool_sizes(config)
+        if pools is None:
+            pools = PagePool(0, num_patch_pages), PagePool(num_patch_pages, num_special_pages)
+        elif (pools[0].num_total, pools[1].num_total) != (num_patch_pages, num_special_pages):
+            raise ValueError(f"pools of {pools[0].num_total} patch and {pools[1].num_total} "
+                             f"special pages; this configuration needs {num_patch_pages} and "
+                             f"{num_special_pages}")
+        self.patch_pool, self.special_pool = pools
         self.patches = PatchStream(self.patch_pool, config.scale_frames, config.window)
         self.specials = SpecialStream(self.special_pool, ps, nsp, config.scale_frames,
                                       config.max_special_frames)
@@ -63,6 +66,17 @@ class PageTable:
         self.frames_seen = 0  # frames begun since reset (committed + rolled back + pending)
         self.frames_rolled_back = 0
         self._pending: StepPlan | None = None
+
+    @staticmethod
+    def pool_sizes(config: CacheConfig) -> tuple[int, int]:
+        """(patch pages, initial special pages) of a table of ``config``."""
+        ps, nsp = config.page_size, config.num_special
+        # +1: the step's own page, taken before the commit releases the oldest window page
+        num_patch_pages = config.scale_frames + config.window + 1
+        if config.max_special_frames is None:
+            return num_patch_pages, ceil_div(config.special_chunk_frames * nsp, ps) + 1
+        return num_patch_pages, SpecialStream.pages_for_bound(
+            ps, nsp, config.scale_frames, config.max_special_frames)
 
     # -- queries ---------------------------------------------------------------------------
     @property
@@ -82,6 +96,14 @@ class PageTable:
     def add_special_pages(self, num_pages: int) -> None:
         """The storage grew by ``num_pages`` pages at the end; hand them to the special pool."""
         self.special_pool.grow(num_pages)
+
+    def add_special_ids(self, ids) -> None:
+        """Hand the special pool these ids of a shared storage (granted by its ledger)."""
+        self.special_pool.add_ids(ids)
+
+    def page_ids(self) -> list[int]:
+        """Every id the table's pools own (patch, then special)."""
+        return self.patch_pool.ids() + self.special_pool.ids()
 
     def visible(self) -> tuple[list[int], int, int]:
         """(pages, last_page_len, kv tokens) of the current state, a pending step included."""
@@ -239,8 +261,7 @@ class PageTable:
                 raise AssertionError("a page is both free and used, or free twice")
             if len(free) + len(used) != pool.num_total:
                 raise AssertionError("free + used != total")
-            ids = range(pool.first_id, pool.first_id + pool.num_total)
-            if not used | set(free) <= set(ids):
+            if not used | set(free) <= set(pool.ids()):
                 raise AssertionError("a page id outside its pool's range")
         self.patches.check_invariants()
         self.specials.check_invariants()
