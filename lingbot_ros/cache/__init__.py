@@ -5,6 +5,7 @@ behind two torch doors (``storage``, ``layout``); ``PagedKVCache`` ties them tog
 Several streams share one storage through ``SharedKVPool`` (ids granted by ``PageLedger``).
 """
 from .camera_cache import CameraCacheTxn, CameraKVCache
+from .camera_pool import SharedCameraPool
 from .errors import CacheError, CacheFullError, TransactionError
 from .frame_txn import FrameTxn
 from .kv_cache import PagedKVCache, StepForecast
@@ -14,5 +15,5 @@ from .shared_pool import SharedKVPool
 from .step_kind import StepKind
 
 __all__ = ["CameraCacheTxn", "CameraKVCache", "CacheError", "CacheFullError", "TransactionError",
-           "FrameTxn", "PagedKVCache", "PagedKVLayout", "PageLedger", "SharedKVPool",
-           "StepForecast", "StepKind"]
+           "FrameTxn", "PagedKVCache", "PagedKVLayout", "PageLedger", "SharedCameraPool",
+           "SharedKVPool", "StepForecast", "StepKind"]

@@ -3,7 +3,7 @@
 The camera head refines the pose ``num_iterations`` times; each iteration runs the same
 ``num_layers`` trunk blocks and keeps its own keys and values, one token per frame:
 
-    data  (iterations, layers, 2, capacity, heads, head_dim)  the camera head's dtype (float32, or bfloat16)
+    data  (iterations, layers, 2, capacity, heads, head_dim)  camera head's dtype (fp32, bf16)
 
 Frames ``[0, num_frames)`` are committed. A step begins ``n`` frames, writes them to slots
 ``[num_frames, num_frames + n)`` and attends over ``[0, num_frames + n)``: so the scale
@@ -18,19 +18,23 @@ chunk, never a concatenation per frame).
     txn.write(it, layer, k, v)          # (n, heads, head_dim) each
     k_all, v_all = txn.visible(it, layer)
     txn.commit()                        # or txn.rollback(): exactly once
+
+``shared=SharedCameraPool(...)``: the stream's frames live in its block of one tensor that
+several streams share (``camera_pool.py``); capacity then grows with the pool's chunks.
 """
 from __future__ import annotations
 
 import torch
 
 from ..config import check_positive_int, is_positive_int
+from .camera_pool import SharedCameraPool
 from .errors import CacheError, TransactionError
 
 
 class CameraKVCache:
     def __init__(self, num_iterations: int, num_layers: int, num_heads: int, head_dim: int,
                  device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-                 chunk_frames: int = 256) -> None:
+                 chunk_frames: int = 256, shared: SharedCameraPool | None = None) -> None:
         for name, value in (("num_iterations", num_iterations), ("num_layers", num_layers),
                             ("num_heads", num_heads), ("head_dim", head_dim),
                             ("chunk_frames", chunk_frames)):
@@ -44,8 +48,27 @@ class CameraKVCache:
         self.dtype = dtype
         self.num_frames = 0  # committed frames since reset
         self.generation = 0  # reset counter; a reset invalidates a pending step
-        self.data = self._allocate(chunk_frames)
+        self.shared = shared
+        self._data: torch.Tensor | None = None
+        if shared is None:
+            self._data = self._allocate(chunk_frames)
+            self._slot = 0
+        else:
+            dims = dict(num_iterations=num_iterations, num_layers=num_layers,
+                        num_heads=num_heads, head_dim=head_dim)
+            self._slot = shared.add_stream(dims, self.device, dtype)
         self._txn: CameraCacheTxn | None = None
+
+    @property
+    def data(self) -> torch.Tensor:
+        """(iterations, layers, 2, capacity, heads, head_dim): the own tensor, or this
+        stream's block of the shared pool (a view)."""
+        return self._data if self.shared is None else self.shared.block(self._slot)
+
+    @property
+    def slot(self) -> int:
+        """The stream's block in a shared pool (0 alone)."""
+        return self._slot
 
     @property
     def capacity(self) -> int:
@@ -111,7 +134,10 @@ class CameraKVCache:
             raise ValueError(f"camera-cache state is {data.dtype}, this cache holds {self.dtype}")
         self.reset()
         if n > self.capacity:
-            self.data = self._allocate(-(-n // self.chunk_frames) * self.chunk_frames)
+            if self.shared is None:
+                self._data = self._allocate(-(-n // self.chunk_frames) * self.chunk_frames)
+            else:
+                self.shared.grow(n)
         self.data[:, :, :, :n].copy_(data)
         self.num_frames = n
 
@@ -124,9 +150,12 @@ class CameraKVCache:
                             self.head_dim), dtype=self.dtype, device=self.device)
 
     def _grow(self, frames: int) -> None:
+        if self.shared is not None:
+            self.shared.grow(frames)
+            return
         data = self._allocate(frames)
         data[:, :, :, :self.num_frames].copy_(self.data[:, :, :, :self.num_frames])
-        self.data = data
+        self._data = data
 
     def _finish(self, txn: "CameraCacheTxn", commit: bool) -> None:
         if txn.generation != self.generation:
