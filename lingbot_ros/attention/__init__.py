@@ -39,7 +39,7 @@ def check_backend(name: str, device: torch.device, dtype: torch.dtype,
 
 def make_backend(name: str, storage: KVStorage, variant: str = "fa2",
                  graph_query_tokens: int | None = None, kv_splits: int = 1,
-                 fused_merge: bool = False) -> AttentionBackend:
+                 fused_merge: bool = False, graph_requests: int = 1) -> AttentionBackend:
     """Build a backend by name; ``variant`` (fa2 | fa3 | auto) applies to flashinfer only.
 
     ``graph_query_tokens``: build a flashinfer backend whose ``run`` can be captured in a
@@ -47,7 +47,8 @@ def make_backend(name: str, storage: KVStorage, variant: str = "fa2",
     its gathered key count changes every step). ``kv_splits``: flashinfer split-KV (see
     ``flashinfer_paged``); torch_ref ignores it (one dense call). ``fused_merge``: the
     split-KV results merged in one Triton launch (``split_merge``), else pairwise by
-    FlashInfer.
+    FlashInfer. ``graph_requests``: the streams (requests) of every step of a graph
+    backend, whose ``graph_query_tokens`` they share equally (a batched step).
     """
     if name == "torch_ref":
         if graph_query_tokens is not None:
@@ -57,7 +58,8 @@ def make_backend(name: str, storage: KVStorage, variant: str = "fa2",
     if name == "flashinfer":
         from .flashinfer_paged import FlashInferPagedBackend  # lazy: flashinfer is optional
         return FlashInferPagedBackend(storage, variant, graph_query_tokens=graph_query_tokens,
-                                      kv_splits=kv_splits, fused_merge=fused_merge)
+                                      kv_splits=kv_splits, fused_merge=fused_merge,
+                                      graph_requests=graph_requests)
     raise ValueError(f"unknown attention backend {name!r}; choose one of {BACKENDS}")
 
 

@@ -20,6 +20,11 @@ S times more tiles, the same arithmetic, one small merge per layer. The model ha
 the queries already repeated (``query_copies``; the fused q/k kernel writes them so), and
 with ``fused_merge`` the S results are merged in one Triton launch (``split_merge``) instead
 of S - 1 pairwise ``merge_state`` calls.
+
+Several streams (a layout of B requests, ``PagedKVLayout.concat``): B x S requests,
+copy-major (copy s of every stream, then copy s + 1), each stream's pages cut in S parts,
+so the merge over the B * T query rows is the one above. Graph mode takes
+``graph_requests`` = B: its buffers hold B x S requests, one wrapper per batch size.
 """
 from __future__ import annotations
 
@@ -87,7 +92,7 @@ class FlashInferPagedBackend:
     def __init__(self, storage: KVStorage, variant: str = "fa2",
                  workspace_bytes: int = WORKSPACE_BYTES,
                  graph_query_tokens: int | None = None, kv_splits: int = 1,
-                 fused_merge: bool = False) -> None:
+                 fused_merge: bool = False, graph_requests: int = 1) -> None:
         variant = check_runnable(storage.device, storage.dtype, variant)
         check_kv_splits(kv_splits)
         flashinfer = _import_flashinfer()
@@ -99,23 +104,30 @@ class FlashInferPagedBackend:
         self._workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=storage.device)
         self.graph_query_tokens = graph_query_tokens
         graph_buffers = {}
+        self.graph_requests = graph_requests
         if graph_query_tokens is not None:
             check_positive_int("graph_query_tokens", graph_query_tokens)
-            self.name += "_graph"
+            check_positive_int("graph_requests", graph_requests)
+            if graph_query_tokens % graph_requests:
+                raise ValueError(f"flashinfer graph backend: {graph_query_tokens} query tokens "
+                                 f"do not split into {graph_requests} equal requests")
+            self.name += "_graph" + (f"_b{graph_requests}" if graph_requests > 1 else "")
+            per_request = graph_query_tokens // graph_requests
+            requests = kv_splits * graph_requests
 
             def i32(values):
                 return torch.tensor(values, dtype=torch.int32, device=storage.device)
             graph_buffers = dict(
                 use_cuda_graph=True,
-                qo_indptr_buf=i32([graph_query_tokens * i for i in range(kv_splits + 1)]),
-                paged_kv_indptr_buf=i32([0] * (kv_splits + 1)),
+                qo_indptr_buf=i32([per_request * i for i in range(requests + 1)]),
+                paged_kv_indptr_buf=i32([0] * (requests + 1)),
                 paged_kv_indices_buf=i32([0] * MAX_GRAPH_PAGES),
-                paged_kv_last_page_len_buf=i32([0] * kv_splits))
+                paged_kv_last_page_len_buf=i32([0] * requests))
         self._wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
             self._workspace, kv_layout="NHD", backend=variant, **graph_buffers)
         self._planned = False
         self._plan_uploaded: torch.cuda.Event | None = None  # after the last plan's uploads
-        self._splits = 1  # requests of the current plan
+        self._splits = 1  # split-KV copies of the current plan (requests: x streams)
         self._query_tokens = 0  # the step's queries (one copy)
 
     @property
@@ -134,19 +146,24 @@ class FlashInferPagedBackend:
                 raise ValueError(f"flashinfer graph backend: the step has "
                                  f"{layout.num_query_tokens} query tokens, the graph "
                                  f"{self.graph_query_tokens}")
+            if layout.num_requests != self.graph_requests:
+                raise ValueError(f"flashinfer graph backend: the step has "
+                                 f"{layout.num_requests} requests (streams), the graph "
+                                 f"{self.graph_requests}")
             if layout.num_pages > MAX_GRAPH_PAGES:
                 raise ValueError(f"flashinfer graph backend: {layout.num_pages} visible pages "
                                  f"exceed {MAX_GRAPH_PAGES}; bound max_special_frames")
+        fewest = min(layout.kv_indptr.diff().tolist())  # pages of the shortest request
         splits = self.kv_splits if self.graph_query_tokens is not None else min(
-            self.kv_splits, layout.num_pages)
-        if layout.num_pages < splits:
-            raise ValueError(f"flashinfer graph backend: {layout.num_pages} visible pages "
+            self.kv_splits, fewest)
+        if fewest < splits:
+            raise ValueError(f"flashinfer graph backend: {fewest} visible pages "
                              f"cannot be split {splits} ways")
-        qo_indptr, kv_indptr, last_page_len = self._split(layout, splits)
+        qo_indptr, kv_indptr, kv_indices, last_page_len = self._split(layout, splits)
         # FlashInfer copies CPU page indices into its buffer with a blocking copy (a wait for
         # everything queued on the stream); handed over on the device, they are not waited
         # for. (The layout's indices are pinned: this upload is asynchronous.)
-        kv_indices = layout.kv_indices.to(self.storage.device, non_blocking=True)
+        kv_indices = kv_indices.to(self.storage.device, non_blocking=True)
         # The plan's metadata goes up from one pinned host buffer of the wrapper: the upload
         # of the previous plan must have left it before it is overwritten.
         if self._plan_uploaded is not None:
@@ -164,15 +181,36 @@ class FlashInferPagedBackend:
 
     @staticmethod
     def _split(layout: PagedKVLayout, splits: int):
-        """Page-table arrays of ``splits`` requests over contiguous page ranges (CPU int32)."""
+        """Page-table arrays (CPU int32: qo_indptr, kv_indptr, kv_indices, last_page_len) of
+        ``splits`` x R requests, R = the layout's requests (one per stream).
+
+        Copy-major: request s * R + r is copy s of request r's queries (rows
+        s * T + qo_r .. of the repeated q, T = all queries) over the s-th contiguous 1/S of
+        request r's pages; the page indices are reordered into that request order. One
+        split returns the layout's own arrays; one request keeps its page indices.
+        """
         if splits == 1:
-            return layout.qo_indptr, layout.kv_indptr, layout.kv_last_page_len
-        n, tokens = layout.num_pages, layout.num_query_tokens
-        bounds = [round(i * n / splits) for i in range(splits + 1)]
-        last = [layout.page_size] * (splits - 1) + [int(layout.kv_last_page_len[0])]
+            return (layout.qo_indptr, layout.kv_indptr, layout.kv_indices,
+                    layout.kv_last_page_len)
+        tokens, size = layout.num_query_tokens, layout.page_size
+        qo, kv = layout.qo_indptr.tolist(), layout.kv_indptr.tolist()
+        last_len = layout.kv_last_page_len.tolist()
+        q_ptr, k_ptr, last, ranges = [0], [0], [], []
+        for s in range(splits):
+            for r, length in enumerate(last_len):
+                n = kv[r + 1] - kv[r]
+                lo, hi = kv[r] + round(s * n / splits), kv[r] + round((s + 1) * n / splits)
+                ranges.append((lo, hi))
+                q_ptr.append(s * tokens + qo[r + 1])
+                k_ptr.append(k_ptr[-1] + hi - lo)
+                last.append(length if s == splits - 1 else size)
+        indices = layout.kv_indices
+        if len(last_len) > 1:
+            indices = torch.cat([indices[lo:hi] for lo, hi in ranges])
+            indices = indices.pin_memory() if torch.cuda.is_available() else indices
         i32 = torch.int32
-        return (torch.tensor([tokens * i for i in range(splits + 1)], dtype=i32),
-                torch.tensor(bounds, dtype=i32), torch.tensor(last, dtype=i32))
+        return (torch.tensor(q_ptr, dtype=i32), torch.tensor(k_ptr, dtype=i32), indices,
+                torch.tensor(last, dtype=i32))
 
     def run(self, layer: int, q: torch.Tensor) -> torch.Tensor:
         if not self._planned:
