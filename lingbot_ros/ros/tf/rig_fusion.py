@@ -219,7 +219,7 @@ class _Camera:
 
 class RigFusion:
     """The fused base pose of a rig; see the module's docstring. Not thread-safe: one owner
-    (the rig's worker) calls ``update`` and ``reset``; others read ``facts()``."""
+    (the rig's worker) calls everything, and hands the frozen ``facts()`` to the others."""
 
     def __init__(self, config: RigFusionConfig) -> None:
         self.config = config

@@ -219,3 +219,34 @@ def test_the_config_and_the_inputs_are_checked():
         f.update("front", T0 + 1, np.eye(4), tracking=True)
     with pytest.raises(ValueError, match="not a rigid transform"):
         f.update("front", T0 + 2, 2 * np.eye(4), tracking=True)
+
+
+def test_three_cameras_fail_over_in_order_and_a_secondary_source_is_kept():
+    """Primary "front" lost: "left" (first in the names after the primary) takes over; "right"
+    is not preferred when "left" returns, and a reset of a camera that is not the source
+    switches nothing (it is anchored again once it tracks)."""
+    f = fusion(names=("left", "front", "right"), primary="front", failback_frames=100)
+    down = {"front": range(10, 200), "left": range(20, 25)}
+    sources = []
+    for k in range(40):
+        t = T0 + k * DT
+        if k == 30:
+            assert f.reset("left") is None
+        for name in ("front", "left", "right"):
+            ok = k not in down.get(name, ())
+            first = T0 + 30 * DT if name == "left" and k >= 30 else T0
+            s = f.update(name, t, estimate(t, first) if ok else None, tracking=ok)
+            if s.fused:
+                sources.append(s.fused.source)
+                np.testing.assert_allclose(s.fused.T_odom_base, truth(t), atol=1e-9)
+            if k == 30 and name == "left":  # its first frame after the reset: ahead of
+                assert not f.facts().cameras[0].anchored  # the fused pose, pending
+        if k == 30:  # anchored once the source's frame at its stamp came
+            assert f.facts().cameras[0].anchored
+            assert f.facts().cameras[0].disagreement_stamp_ns == t
+    assert sources == ["front"] * 10 + ["left"] * 10 + ["right"] * 20
+    facts = f.facts()
+    assert (facts.source, facts.failovers, facts.failbacks) == ("right", 2, 0)
+    left = facts.cameras[0]
+    assert left.anchored and left.frames_tracking == 10
+    assert left.disagreement_m == pytest.approx(0.0, abs=1e-9)
