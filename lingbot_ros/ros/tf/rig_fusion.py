@@ -249,13 +249,12 @@ class RigFusion:
         if cam.last_stamp is not None and stamp_ns <= cam.last_stamp:
             raise ValueError(f"camera {camera!r}: stamp {stamp_ns} ns is not after its last "
                              f"frame's {cam.last_stamp} ns")
-        cam.last_stamp = stamp_ns
+        if tracking and pose is None:
+            raise ValueError(f"camera {camera!r}: a tracking frame needs a pose")
+        m = _frozen(check_rigid(pose, f"{camera} pose", tol=RIGID_TOL)) if tracking else None
+        cam.last_stamp = stamp_ns  # checked: now the state changes
         self._clock = stamp_ns if self._clock is None else max(self._clock, stamp_ns)
         if tracking:
-            if pose is None:
-                raise ValueError(f"camera {camera!r}: a tracking frame needs a pose")
-            m = _frozen(check_rigid(np.asarray(pose, dtype=np.float64), f"{camera} pose",
-                                    tol=RIGID_TOL))
             cam.history.append(stamp_ns, m)
             cam.tracking = True
             cam.streak += 1

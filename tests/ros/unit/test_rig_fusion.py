@@ -219,6 +219,11 @@ def test_the_config_and_the_inputs_are_checked():
         f.update("front", T0 + 1, np.eye(4), tracking=True)
     with pytest.raises(ValueError, match="not a rigid transform"):
         f.update("front", T0 + 2, 2 * np.eye(4), tracking=True)
+    with pytest.raises(ValueError, match="shape"):
+        f.update("front", T0 + 2, np.eye(3), tracking=True)
+    before = f.facts()
+    assert before.cameras[0].last_stamp_ns == T0 + 1  # a refused frame changes nothing
+    assert f.update("front", T0 + 2, np.eye(4), tracking=True).fused.stamp_ns == T0 + 2
 
 
 def test_three_cameras_fail_over_in_order_and_a_secondary_source_is_kept():
