@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from tests.ros.node_harness import (ACTIVATE, ACTIVE, CLEANUP, CONFIGURE, DEACTIVATE,
-                                    INACTIVE, UNCONFIGURED, NodeProcess, Probe)
+                                    INACTIVE, RETRY_S, UNCONFIGURED, NodeProcess, Probe)
 from tests.ros.ros_helpers import REPO
 from tests.ros.ros_helpers import ros_env  # noqa: F401 -- the fixture
 
@@ -107,13 +107,13 @@ class RvizProbe(Probe):
         found = self.node.get_publisher_names_and_types_by_node(NODE_NAME, NAMESPACE)
         return {topic: set(types) for topic, types in found}
 
-    def wait_published(self, wanted: dict[str, str], what: str) -> dict[str, set[str]]:
-        """Until the node publishes every topic of ``wanted`` (topic -> type); the publishers
-        then. On a timeout, fails naming what is missing or of another type."""
+    def wait_published(self, wanted: set[tuple[str, str]], what: str) -> dict[str, set[str]]:
+        """Until the node publishes every (topic, type) of ``wanted``; the publishers then.
+        On a timeout, fails naming what is missing or of another type."""
         def missing() -> dict[str, str]:
             have = self.publishers()
             return {t: f"{ty} (published: {sorted(have.get(t, ())) or 'none'})"
-                    for t, ty in wanted.items() if ty not in have.get(t, ())}
+                    for t, ty in sorted(wanted) if ty not in have.get(t, ())}
         deadline = time.monotonic() + WAIT_S
         while missing() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -130,26 +130,37 @@ class RvizProbe(Probe):
         assert infos, f"{topic}: no publisher of {NODE}"
         return [i.qos_profile for i in infos]
 
+    def ask(self, srv_type, name: str, request, timeout: float = 30.0):
+        """The response of ``NODE``'s service ``name``; the request is re-sent every RETRY_S s
+        (idempotent here): a first response can be lost while DDS discovery still matches
+        this client's reader."""
+        client = self.node.create_client(srv_type, f"{NODE}/{name}")
+        assert client.wait_for_service(timeout_sec=timeout), f"no {NODE}/{name}"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            future = client.call_async(request)
+            attempt_end = min(deadline, time.monotonic() + RETRY_S)
+            while not future.done() and time.monotonic() < attempt_end:
+                time.sleep(0.01)
+            if future.done():
+                return future.result()
+            client.remove_pending_request(future)
+        pytest.fail(f"no response from {NODE}/{name} within {timeout} s")
+
     def set_parameters(self, values: dict) -> None:
         from rcl_interfaces.srv import SetParameters
         from rclpy.parameter import Parameter
-        client = self.node.create_client(SetParameters, f"{NODE}/set_parameters")
-        assert client.wait_for_service(timeout_sec=30)
         request = SetParameters.Request(parameters=[Parameter(n, value=v).to_parameter_msg()
                                                     for n, v in values.items()])
-        future = client.call_async(request)
-        self.wait_until(future.done, 30, f"the answer to setting {sorted(values)}")
-        for name, result in zip(values, future.result().results):
+        results = self.ask(SetParameters, "set_parameters", request).results
+        for name, result in zip(values, results):
             assert result.successful, f"{name}: {result.reason}"
 
     def get_parameter(self, name: str):
         from rcl_interfaces.srv import GetParameters
         from rclpy.parameter import parameter_value_to_python
-        client = self.node.create_client(GetParameters, f"{NODE}/get_parameters")
-        assert client.wait_for_service(timeout_sec=30)
-        future = client.call_async(GetParameters.Request(names=[name]))
-        self.wait_until(future.done, 30, f"the value of {name}")
-        return parameter_value_to_python(future.result().values[0])
+        response = self.ask(GetParameters, "get_parameters", GetParameters.Request(names=[name]))
+        return parameter_value_to_python(response.values[0])
 
     def transition(self, transition_id: int, state: int) -> None:
         assert self.change_state(transition_id), f"transition {transition_id} refused"
@@ -190,15 +201,16 @@ def test_config_topics_resolve_as_the_launch_remaps_them(namespace, topic, resol
 
 def test_every_display_matches_a_publisher_of_the_running_node(tmp_path, ros_env):
     typed = [d for d in displays() if d["Class"] in TOPIC_TYPES]
-    enabled = {display_topic(d): TOPIC_TYPES[d["Class"]] for d in typed if d["Enabled"]}
-    every = {display_topic(d): TOPIC_TYPES[d["Class"]] for d in typed}
+    enabled = {(display_topic(d), TOPIC_TYPES[d["Class"]]) for d in typed if d["Enabled"]}
+    every = {(display_topic(d), TOPIC_TYPES[d["Class"]]) for d in typed}
     assert enabled, "the rviz config shows none of the node's topics"
     remaps = {"__ns": NAMESPACE}
     with NodeProcess(ros_env, tmp_path, remaps=remaps) as node, RvizProbe() as probe:
         probe.wait_active(node)
         frame = probe.get_parameter("frames.map")
         config = yaml.safe_load(RVIZ.read_text())["Visualization Manager"]
-        assert config["Global Options"]["Fixed Frame"] == frame, "Fixed Frame: the map frame"
+        fixed = config["Global Options"]["Fixed Frame"]
+        assert fixed == frame, f"Fixed Frame {fixed!r}: the node's map frame is {frame!r}"
         probe.wait_published(enabled, "enabled at the node's defaults")
         for display in typed:
             if display["Enabled"]:
