@@ -283,6 +283,12 @@ class RigFusion:
     def source(self) -> str:
         return self._source
 
+    def alignment(self, camera: str) -> Optional[np.ndarray]:
+        """``camera``'s ``A_s`` (read-only (4, 4)): its map into the fused odometry, for its
+        own outputs (its pose in the fused frame); None until it is anchored."""
+        anchor = self._camera(camera).anchor
+        return None if anchor is None else _frozen(anchor)
+
     def fused_pose(self) -> Optional[FusedPose]:
         """The last fused pose (None before the first)."""
         if not self._fused:

@@ -147,3 +147,27 @@ def test_a_cameras_status_topic_and_counters(ros_node):
     status.destroy()
     with pytest.raises(ValueError, match="camera name"):
         CameraStatus(ros_node, "", telemetry)
+
+
+def test_the_fused_pose_goes_out_as_odom_to_base_odometry_pose_and_path(ros_node):
+    from lingbot_ros.ros.outputs.rig_outputs import FusedOutputs
+    from lingbot_ros.ros.tf.rig_fusion import FusedPose
+    fused = FusedOutputs(ros_node, NodeConfig())
+    assert {p.topic_name for p in (fused.pose, fused.odometry, fused.tf)} == {
+        f"/{NODE}/pose", f"/{NODE}/odometry", "/tf"}
+    assert fused.path.path.topic_name == f"/{NODE}/path"
+    tfs, odoms, poses = recorded(fused.tf), recorded(fused.odometry), recorded(fused.pose)
+    for i in range(2):
+        T = np.eye(4)
+        T[:3, 3] = (0.1 * i, 0.0, 0.0)
+        fused.publish(FusedPose(1_000_000_000 + i * 100_000_000, "front", T))
+    frames = [(t.header.frame_id, t.child_frame_id) for t in tfs[-1].transforms]
+    assert frames == [("odom", "base_link"), ("map", "odom")]
+    assert tfs[-1].transforms[0].transform.translation.x == pytest.approx(0.1)
+    assert odoms[-1].header.frame_id == "odom" and odoms[-1].child_frame_id == "base_link"
+    assert odoms[0].twist.twist.linear.x == 0.0
+    assert odoms[-1].twist.twist.linear.x == pytest.approx(1.0)  # 0.1 m in 0.1 s
+    assert poses[-1].header.frame_id == "map" and fused.num_published == 2
+    fused.destroy()
+    with pytest.raises(ValueError, match="robot base"):
+        FusedOutputs(ros_node, NodeConfig(base_frame=""))
