@@ -7,7 +7,7 @@ checked here too; ``check_rig`` checks a rig against the session's and the scale
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...config import SessionConfig
 from ...scale.config import ScaleConfig
@@ -118,17 +118,33 @@ def check_scale_inputs(config: NodeConfig, scale: ScaleConfig) -> None:
             "scale.odometry_input: topic")
 
 
+def camera_config(config: NodeConfig, camera: str) -> NodeConfig:
+    """A rig camera's own ``NodeConfig``: the node's, with the camera's image topic and
+    frame (``cameras.<camera>.*``) and no rig; what its ``RobotFrames``, ``Outputs`` and
+    image input are built with. Its camera info and depth topics ("" = none) are read from
+    its ``CameraConfig``."""
+    c = config.rig.camera(camera)
+    return replace(config, image_topic=c.image_topic, use_compressed=c.use_compressed,
+                   camera_frame=c.frame, camera_is_optical=c.frame_is_optical,
+                   rig=RigConfig())
+
+
 def check_rig(config: NodeConfig, session: SessionConfig, scale: ScaleConfig,
               loop_enable: bool) -> None:
     """ValueError naming the parameter for a rig this node cannot run: its cameras share one
     batched step, so one model input size (``input.height`` fixed: with 0 each camera's
-    aspect would give its own); the back end (``loop.enable``) takes one stream (v1); an
+    aspect would give its own); one fused pose needs metres (a metric ``scale.source``);
+    the back end (``loop.enable``) takes one stream (v1); an
     aligned-depth scale source needs each camera's depth topic."""
     rig = config.rig
     if len(rig.camera_names) > 1 and session.preprocess.height is None:
         raise ValueError(f"parameter 'input.height': a rig of {len(rig.camera_names)} cameras "
                          f"runs one batched step: it needs one model input size for all, set "
                          f"input.height (a fixed H x W; 0 takes each camera's aspect)")
+    if len(rig.camera_names) > 1 and not scale.metric:
+        raise ValueError(f"parameter 'scale.source': a rig of {len(rig.camera_names)} cameras "
+                         f"fuses their base poses in metres (each stream's model units "
+                         f"differ): it needs a metric scale source, got {scale.source!r}")
     if len(rig.camera_names) > 1 and loop_enable:
         raise ValueError("parameter 'loop.enable': not supported with a rig of several "
                          "cameras yet (the back end takes one stream)")

@@ -19,6 +19,7 @@ from tests.ros.ros_helpers import REPO, ros_env  # noqa: F401 -- the fixture
 RIG_YAML = REPO / "config" / "rig_front_rear.yaml"
 FULL_YAML = REPO / "config" / "lingbot_ros.yaml"
 RIG = {"frames.base": "base_link", "input.width": 56, "input.height": 42,
+       "scale.source": "fixed",
        "cameras.names": "front,rear", "cameras.front.image_topic": "/front/image_raw",
        "cameras.rear.image_topic": "/rear/image_raw"}
 
@@ -90,6 +91,7 @@ def test_one_name_rule_for_the_node_and_the_fusion():
     ({"cameras.front.frame": "base_link"}, "cameras.front.frame", "the map, odom or base"),
     ({"input.height": 0}, "input.height", "one model input size"),
     ({"loop.enable": True}, "loop.enable", "not supported with a rig"),
+    ({"scale.source": "none"}, "scale.source", "needs a metric scale source"),
     ({"scale.source": "depth", "cameras.front.depth_topic": "/front/depth"},
      "cameras.rear.depth_topic", "reads every camera's aligned depth"),
 ])
@@ -98,6 +100,22 @@ def test_a_bad_rig_is_refused_with_the_parameter_name(changes, name, says):
         build_settings({**RIG, **changes})
     assert str(exc.value).startswith(f"parameter '{name}'"), str(exc.value)
     assert says in str(exc.value), str(exc.value)
+
+
+def test_a_cameras_own_node_config():
+    from lingbot_ros.ros.params.node_config import camera_config
+    s = build_settings({**RIG, "cameras.rear.frame": "rear_optical",
+                        "cameras.rear.frame_is_optical": False,
+                        "cameras.rear.use_compressed": True})
+    rear = camera_config(s.node, "rear")
+    assert (rear.image_topic, rear.use_compressed) == ("/rear/image_raw", True)
+    assert (rear.camera_frame, rear.camera_is_optical) == ("rear_optical", False)
+    assert not rear.rig.enabled and rear.base_frame == "base_link"
+    assert dataclasses.replace(rear, image_topic="image", use_compressed=False,
+                               camera_frame="", camera_is_optical=True,
+                               rig=s.node.rig) == s.node
+    with pytest.raises(ValueError, match="no camera 'left'"):
+        camera_config(s.node, "left")
 
 
 def test_one_camera_needs_no_base_and_takes_its_aspect():
@@ -109,7 +127,8 @@ def test_one_camera_needs_no_base_and_takes_its_aspect():
 def test_set_time_checks_accept_a_new_name_before_its_rows_exist():
     """``ros2 param set cameras.names`` while unconfigured: the new camera's rows are not
     declared yet (configure declares them, then asks for its image topic)."""
-    current = {**{p.name: p.default for p in PARAMS}, "input.height": 42}
+    current = {**{p.name: p.default for p in PARAMS}, "input.height": 42,
+               "scale.source": "fixed"}
     check_update(current, {"cameras.names": "front,rear"})
     with pytest.raises(ValueError, match="'input.height'"):  # two cameras: one input size
         check_update(current, {"cameras.names": "front,rear", "input.height": 0})
