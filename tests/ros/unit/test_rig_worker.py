@@ -17,48 +17,16 @@ import time
 import numpy as np
 import pytest
 
-from lingbot_ros.config import PreprocessConfig, SessionConfig
 from lingbot_ros.ros.intake.rig_gather import RigGather
-from lingbot_ros.ros.intake.rig_worker import CameraUnit, RigFrame, RigWorker
+from lingbot_ros.ros.intake.rig_worker import CameraUnit, RigWorker
 from lingbot_ros.ros.params.node_config import NodeConfig
 from lingbot_ros.ros.status.telemetry import NodeTelemetry
 from lingbot_ros.ros.tf.rig_fusion import RigFusion, RigFusionConfig
 from lingbot_ros.ros.tf.robot_frames import RobotFrames
-from lingbot_ros.session import FrameRejected, open_session
 from tests.ros.node_data import good_images, stamp_ns
+from tests.ros.rig_streams import SeparateStreams
 
-SESSION = SessionConfig(num_scale_frames=2, window=4, preprocess=PreprocessConfig(width=56))
 NAMES = ("front", "rear")
-
-
-class SeparateStreams:
-    """The multi-stream session's interface over one ``StreamingSession`` per camera."""
-
-    def __init__(self, names) -> None:
-        self.names = tuple(names)
-        self._sessions = {n: open_session(SESSION, "tiny")[0] for n in self.names}
-        self.resets: list[str] = []
-
-    def submit_many(self, frames):
-        out = {}
-        for name, f in frames.items():
-            assert isinstance(f, RigFrame)
-            try:
-                out[name] = self._sessions[name].submit(f.image, f.stamp_ns, f.encoding,
-                                                        with_depth=f.with_depth)
-            except FrameRejected as exc:
-                out[name] = exc
-        return out
-
-    def collect(self, name, wait=True):
-        return self._sessions[name].collect(wait=wait)
-
-    def reset(self, name):
-        self.resets.append(name)
-        self._sessions[name].reset()
-
-    def stream(self, name):
-        return self._sessions[name]
 
 
 class RecordedOutputs:
