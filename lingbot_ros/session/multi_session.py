@@ -43,8 +43,8 @@ from .stream_runner import StreamRunner
 from .types import FrameRejected
 from .weights import WeightsIdentity
 
-__all__ = ["FrameIn", "MultiStreamSession", "SequentialSteps", "STREAM_NAME_RE",
-           "BATCH_FIELDS"]
+__all__ = ["FrameIn", "MultiStreamSession", "SequentialSteps", "StreamRunners",
+           "STREAM_NAME_RE", "BATCH_FIELDS"]
 
 STREAM_NAME_RE = re.compile(r"[a-z0-9_]+")
 #: settings that fix a stream's cache shape or kernels: equal in every stream of one engine
@@ -79,6 +79,21 @@ class SequentialSteps:
             raise
 
 
+class StreamRunners:
+    """What makes the rig's streams' runners (``StreamingSession._runner_factory``, also on
+    a restore): ``StreamRunner``'s signature. Each stream's own runner for now; with the
+    batched step, one drawing from the rig's shared pools of that model input size
+    (``StreamRunner(..., shared=SharedStreams)``). Holds no stream (no reference cycle)."""
+
+    def __init__(self) -> None:
+        self.made = 0  # runners made (a first frame, a new size, a restore)
+
+    def __call__(self, model, config: SessionConfig, image_hw: tuple[int, int],
+                 laps=None) -> StreamRunner:
+        self.made += 1
+        return StreamRunner(model, config, image_hw, laps=laps)
+
+
 def check_streams(configs: Mapping[str, SessionConfig]) -> None:
     """ValueError unless ``configs`` names at least one stream, each ``[a-z0-9_]+`` with a
     ``SessionConfig``, all equal in ``BATCH_FIELDS``."""
@@ -109,8 +124,11 @@ class MultiStreamSession:
         self.model = model
         self.weights = weights if weights is not None else WeightsIdentity(model)
         self.names: tuple[str, ...] = tuple(configs)
+        self.runners = StreamRunners()
         self._streams = {name: StreamingSession(model, config, self.weights)
                          for name, config in configs.items()}
+        for session in self._streams.values():
+            session._runner_factory = self.runners
         self.steps = SequentialSteps()  # the tick's step runner (BatchRunner: see the doc)
         self.ticks = 0
 

@@ -160,6 +160,7 @@ def test_a_snapshot_restored_into_one_stream_mid_run():
     assert_same(rig, got, want, alone)
     # frames 6..10 of stream a were forgotten: it went on from frame 6's state
     assert [r.index for r in got["a"]][-5:] == [6, 7, 8, 9, 10]
+    assert rig.runners.made == 3  # a's and b's first frames, a's restore: the rig's runners
 
 
 def test_rejected_frames_are_counted_by_their_own_stream():
