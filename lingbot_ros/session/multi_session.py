@@ -148,7 +148,8 @@ class MultiStreamSession:
         of ``steps``; a scale phase, a blocking rollover or a restart runs alone.
 
         Any other exception of a stream (a full cache, a failed step) is raised once the
-        tick is over for every stream, naming the stream (``add_note``); a failed call of
+        tick is over for every stream (the first, if several), naming the stream
+        (``add_note``; the others' frames of the tick went on as usual); a failed call of
         ``steps`` fails the frame of each stream in it (each step rolled back once)."""
         for name, frame in frames.items():
             self.stream(name)  # ValueError for an unknown name, before anything changes
