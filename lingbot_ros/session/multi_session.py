@@ -226,6 +226,18 @@ class MultiStreamSession:
         """Each stream's ``SessionInfo``, by name."""
         return {name: s.info() for name, s in self._streams.items()}
 
+    def pool_info(self) -> dict[tuple[int, int], dict]:
+        """The engine's shared pools by model input size (``SharedStreams.info``: the KV
+        pool's pages and bytes, the camera-head pool's), and its batched steps'
+        (``BatchRunner.info``: steps and graph captures per batch size)."""
+        out = {}
+        batch = getattr(self.steps, "batch", {})  # (a test may put another step runner)
+        for hw, shared in self.runners.shared.items():
+            out[hw] = dict(shared.info())
+            if hw in batch:
+                out[hw]["batch"] = batch[hw].info()
+        return out
+
     # -- the tick's steps ------------------------------------------------------------------
     def _run_steps(self, opened: dict[str, Opened], errors: list) -> None:
         """Run the begun single-frame steps as one ``steps`` call per model input size (one
