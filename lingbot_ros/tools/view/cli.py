@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Callable, Optional
 
 from .run_dir import RunDirError, load_into, read_run_dir
 from .scene import SceneModel
 from .server import LOOPBACK, Viewer, ViewerUnavailable
 
-__all__ = ["parse_args", "main", "serve", "EXIT_FAILED"]
+__all__ = ["parse_args", "main", "serve", "view_command", "EXIT_FAILED"]
 
 log = logging.getLogger("lingbot_ros.view")
 EXIT_FAILED = 2
@@ -55,7 +57,25 @@ def parse_args(argv):
     return args
 
 
-def serve(model: SceneModel, args, what: str, up: str, stop: threading.Event) -> Viewer:
+def view_command(run_dir) -> str:
+    """The command that opens ``run_dir`` in the viewer (the demos end by printing it): this
+    environment's ``lingbot-ros-view`` (relative to the working folder when under it)."""
+    script = Path(sys.executable).parent / "lingbot-ros-view"
+    exe = str(script) if script.exists() else "lingbot-ros-view"
+    folder = Path(run_dir).resolve()
+    cwd = Path.cwd()
+    exe, folder = (_relative(Path(exe), cwd) if script.exists() else exe), _relative(folder, cwd)
+    return f"{exe} {shlex.quote(str(folder))}"
+
+
+def _relative(path: Path, cwd: Path) -> str:
+    try:
+        return str(path.relative_to(cwd))
+    except ValueError:
+        return str(path)
+
+
+def serve(model: SceneModel, args, what: str, up: str) -> Viewer:
     """Start the viewer on ``model`` and say where it is."""
     viewer = Viewer(model, host=args.host, port=args.port, up=up, title="lingbot-ros-view")
     print(f"lingbot-ros-view: {what} at {viewer.url} (Ctrl-C to stop)", flush=True)
@@ -76,13 +96,13 @@ def main(argv=None, ros_source: Optional[RosSource] = None) -> int:
                 return EXIT_FAILED
             source = ros_source(model, args)
             with source:
-                viewer = serve(model, args, f"node {args.node}", "+z", stop)
+                viewer = serve(model, args, f"node {args.node}", "+z")
                 _wait(stop)
         else:
             run = read_run_dir(args.run_dir)
             load_into(model, run)
             viewer = serve(model, args, f"run {run.folder} ({len(run.poses)} poses, "
-                           f"{len(run.xyz)} points)", run.up_axis, stop)
+                           f"{len(run.xyz)} points)", run.up_axis)
             _wait(stop)
         viewer.close()
     except (RunDirError, ViewerUnavailable, OSError, ValueError) as exc:
