@@ -87,7 +87,14 @@ def main(argv=None, ros_source: Optional[RosSource] = None) -> int:
     args = parse_args(argv)
     stop = threading.Event()
     # SIGTERM ends it as Ctrl-C does: the server stops, the port is freed
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        return _serve_until_stopped(args, ros_source, stop)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _serve_until_stopped(args, ros_source: Optional[RosSource], stop: threading.Event) -> int:
     try:
         model = SceneModel(max_points=args.max_points)
         if args.ros:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import ipaddress
 import logging
 import math
 import threading
@@ -66,7 +67,7 @@ class Viewer:
     def __init__(self, model: SceneModel, host: str = LOOPBACK, port: int = 8080,
                  up: str = "-y", title: str = "lingbot_ros", max_rate_hz: float = 10.0) -> None:
         viser = require_viser()
-        if host != LOOPBACK:
+        if not _is_loopback(host):
             log.warning("the viewer listens on %s: anyone who can reach this machine on port "
                         "%d can see the map and the camera images (default: %s only)",
                         host, port, LOOPBACK)
@@ -206,6 +207,16 @@ class Viewer:
         cam.look_at = tuple(centre)
         cam.position = tuple(centre + 0.7 * size * away + 0.6 * size * up)
         self._framed = True
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether listening on ``host`` keeps the viewer on this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _no_share(*_args, **_kwargs) -> None:
