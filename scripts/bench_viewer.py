@@ -14,6 +14,7 @@ Prints one JSON object. Needs the view extra (viser).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import statistics
@@ -80,7 +81,9 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--port", type=int, default=8090)
     args = p.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="lingbot-view-bench-") as tmp:
+    # stdout is the JSON report alone: what the runs print goes to stderr
+    with tempfile.TemporaryDirectory(prefix="lingbot-view-bench-") as tmp, \
+            contextlib.redirect_stdout(sys.stderr):
         tmp = Path(tmp)
         seq = render_sequence(args.frames, 160, 120)
         folder = write_image_folder(seq, tmp / "frames").path
