@@ -1,10 +1,14 @@
 """lingbot-ros-view in a real browser: headless Chromium (the distribution's package) opens
-the page of a finished synthetic run and reads what the viewer's own client holds.
+the page of a synthetic run while ``lingbot-ros-offline --view`` shows it, then the page of
+the finished run's folder (``lingbot-ros-view RUN_DIR``), and reads what the viewer's own
+client holds.
 
 Skipped only where Chromium (or the view extra) is missing outside CI; under CI (CI=true)
 ``make test`` installs both (scripts/setup_browser.sh, setup.py's view extra), and a missing
 one fails the test."""
+import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -17,7 +21,6 @@ import numpy as np
 import pytest
 
 from lingbot_ros.geometry import read_ply, read_tum
-from lingbot_ros.tools.offline.cli import main as offline_main
 from lingbot_ros.tools.synthetic.render import render_sequence
 from lingbot_ros.tools.synthetic.writers import write_image_folder
 from lingbot_ros.tools.view.browser import Chromium, find_chromium
@@ -44,15 +47,26 @@ def _viser_present() -> bool:
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    """A finished lingbot-ros-offline run of the synthetic room (points.ply, summary.json)."""
+def live_run(tmp_path_factory):
+    """``lingbot-ros-offline ... --view --view-keep`` on the synthetic room: the run shown as
+    it streams, then kept on show; its folder is a finished run (points.ply, summary.json).
+    Yields ``(run folder, the live page's URL)``; Ctrl-C (SIGINT) ends it."""
+    _require("Chromium (apt-get install chromium)", find_chromium() is not None)
+    _require("viser (setup.py's view extra)", _viser_present())
     root = tmp_path_factory.mktemp("viewer_run")
     written = write_image_folder(render_sequence(FRAMES, 80, 60), root / "frames")
     out = root / "run"
-    assert offline_main([str(written.path), "--out", str(out), "--ply", "--ply-stride", "1",
-                         "--min-conf", "0", "--width", "56", "--scale-frames", "2",
-                         "--window", "4", "--keyframes", "every_n", "--no-progress"]) == 0
-    return out
+    proc = Process([sys.executable, "-m", "lingbot_ros.tools.offline.cli", str(written.path),
+                    "--out", str(out), "--ply", "--ply-stride", "1", "--min-conf", "0",
+                    "--width", "56", "--scale-frames", "2", "--window", "4", "--keyframes",
+                    "every_n", "--no-progress", "--view", "--view-port", str(_free_port()),
+                    "--view-keep"])
+    try:
+        url = proc.url("its view stays at", timeout=300)
+        yield out, url
+    finally:
+        rc = proc.stop(signal.SIGINT)
+    assert rc == 0, "".join(proc.lines)[-3000:]
 
 
 def _free_port() -> int:
@@ -61,16 +75,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-class ViewerProcess:
-    """``lingbot-ros-view RUN_DIR`` as a user starts it (the console entry point's module)."""
+class Process:
+    """A command as a user starts it, its output read as it comes; ``url`` waits (bounded)
+    for the line that gives the page's address."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, argv: list) -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "lingbot_ros.clients.view", str(run_dir),
-             "--port", str(_free_port())], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            env=env, text=True)
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     env=env, text=True)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -79,37 +92,61 @@ class ViewerProcess:
         for line in self.proc.stdout:
             self.lines.append(line)
 
-    def url(self, timeout: float = 60.0) -> str:
+    def url(self, marker: str, timeout: float) -> str:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for line in list(self.lines):
-                if line.startswith("lingbot-ros-view: ") and " at http://" in line:
-                    return line.split(" at ")[-1].split()[0]
+                if marker in line and "http://" in line:
+                    return "http://" + line.split("http://")[-1].split()[0]
             if self.proc.poll() is not None:
                 break
             time.sleep(0.05)
-        raise AssertionError(f"the viewer printed no URL within {timeout} s: "
-                             f"{''.join(self.lines)[-2000:]}")
+        raise AssertionError(f"no '{marker}' line with a URL within {timeout} s: "
+                             f"{''.join(self.lines)[-3000:]}")
 
-    def stop(self) -> int:
-        self.proc.terminate()  # SIGTERM: the viewer stops as on Ctrl-C
+    def stop(self, sig=signal.SIGTERM) -> int:
+        """``sig`` (SIGTERM: the viewer stops as on Ctrl-C), then the exit status."""
+        self.proc.send_signal(sig)
         try:
-            return self.proc.wait(timeout=20)
+            return self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(timeout=10)
             raise
 
 
-def test_a_finished_run_in_headless_chromium(finished_run, tmp_path):
-    _require("Chromium (apt-get install chromium)", find_chromium() is not None)
-    _require("viser (setup.py's view extra)", _viser_present())
+def test_the_live_run_in_headless_chromium(live_run):
+    run_dir, url = live_run
+    summary = json.loads((run_dir / "summary.json").read_text())
+    keyframes = summary["keyframes"]
+    assert urlparse(url).hostname == "127.0.0.1"
+    with Chromium(width=1280, height=800) as chrome:
+        chrome.open(url)
+        state = chrome.wait_for(
+            "(() => { const s = %s; return s && s.nodes['/keyframes'] && "
+            "s.text.includes('poses: %d') ? s : null; })()" % (_state_js(), FRAMES),
+            timeout=60)
+        nodes = state["nodes"]
+        assert nodes["/trajectory/front_end/poses"]["count"] == FRAMES
+        assert nodes["/keyframes"]["count"] == keyframes * 8 * 2  # 8 edges a frustum
+        assert nodes["/points"]["count"] > 0
+        assert nodes["/camera"]["image_bytes"] > 0  # the latest frame's image
+        assert f"frames in: {FRAMES}" in state["text"]
+        assert f"keyframes: {keyframes}" in state["text"]
+        png = chrome.screenshot_until(_drawn, timeout=30)
+        assert chrome.console_errors == [], chrome.console_errors
+    _assert_not_blank(png)
+
+
+def test_a_finished_run_in_headless_chromium(live_run):
+    finished_run = live_run[0]
     _, poses = read_tum(finished_run / "trajectory.tum")
     xyz, _ = read_ply(finished_run / "points.ply")
     assert len(poses) == FRAMES and len(xyz) > 0
-    viewer = ViewerProcess(finished_run)
+    viewer = Process([sys.executable, "-m", "lingbot_ros.clients.view", str(finished_run),
+                      "--port", str(_free_port())])
     try:
-        url = viewer.url()
+        url = viewer.url("lingbot-ros-view: ", timeout=60)
         assert urlparse(url).hostname == "127.0.0.1"  # loopback unless --host
         with Chromium(width=1280, height=800) as chrome:
             chrome.open(url)

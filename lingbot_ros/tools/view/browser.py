@@ -40,6 +40,7 @@ SCENE_STATE_JS = r"""
       const bytes = p.precision === "float16" ? 2 : 4;
       out.count = p.points.byteLength / (3 * bytes);
     }
+    if (p._image_data) out.image_bytes = p._image_data.byteLength;
     nodes[name] = out;
   }
   let rendered = 0;

@@ -90,6 +90,10 @@ class Handover:
             self._cleared = True
         self._ready.set()
 
+    def wake(self) -> None:
+        """End a :meth:`take` that is waiting (the feeder is stopping)."""
+        self._ready.set()
+
     def take(self, timeout: float):
         """``(cleared, poses, keyframes, latest)`` handed over since the last take (waits
         up to ``timeout`` seconds for something; all empty then)."""
@@ -118,7 +122,7 @@ class Feeder:
     def close(self, drain: bool = True) -> None:
         """Stop the thread; with ``drain``, what was handed over is moved in first."""
         self._stop.set()
-        self.handover._ready.set()
+        self.handover.wake()
         self._thread.join(timeout=10)
         if drain:
             self.feed_once(0.0)

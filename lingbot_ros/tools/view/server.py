@@ -87,7 +87,7 @@ class Viewer:
         self._panel = self._server.gui.add_markdown("waiting for the first frame ...")
         self._handles: dict = {}
         self._sent: dict = {}
-        self._framed = False
+        self._framed_size = 0.0  # the scene's size when the initial view was last set
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="lingbot-ros-view",
@@ -156,13 +156,11 @@ class Viewer:
                                                 thickness=2.0, thickness_units="screen")))
         if self._changed(snap, "camera"):
             self._camera(snap, size)
-        if self._changed(snap, "status"):
-            self._panel.content = _panel_text(snap)
-        elif self._sent.get("panel_poses") != snap.poses_seen:
-            self._panel.content = _panel_text(snap)
-        self._sent["panel_poses"] = snap.poses_seen
-        if not self._framed and len(snap.front_end):
-            self._frame_view(snap, size)
+        text = _panel_text(snap)
+        if text != self._sent.get("panel"):
+            self._panel.content = self._sent["panel"] = text
+        if len(snap.front_end) and size > 1.5 * self._framed_size:
+            self._frame_view(snap, size)  # the view for new pages and "reset view" only
 
     def _replace(self, name: str, make) -> None:
         old = self._handles.pop(name, None)
@@ -195,7 +193,8 @@ class Viewer:
             wxyz=wxyz, position=cam.c2w[:3, 3]))
 
     def _frame_view(self, snap: SceneSnapshot, size: float) -> None:
-        """Once, when there is something to see: look at the scene from above and behind."""
+        """Look at the scene from above and behind its start (again when it has grown);
+        the pages already open keep their own view."""
         pts = np.concatenate([snap.front_end, snap.points_xyz.astype(np.float64)])
         centre = np.median(pts, axis=0)
         cam = self._server.initial_camera
@@ -206,7 +205,7 @@ class Viewer:
         away = away / (np.linalg.norm(away) or 1.0)
         cam.look_at = tuple(centre)
         cam.position = tuple(centre + 0.7 * size * away + 0.6 * size * up)
-        self._framed = True
+        self._framed_size = size
 
 
 def _is_loopback(host: str) -> bool:
