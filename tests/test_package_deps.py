@@ -284,7 +284,7 @@ RVIZ_DISPLAYS = {
     "rviz_default_plugins/TF": (None, None, True),
     "rviz_default_plugins/Path": ("/lingbot_ros/path", "Transient Local", True),
     "rviz_default_plugins/Pose": ("/lingbot_ros/pose", None, True),
-    "rviz_default_plugins/PointCloud2": ("/lingbot_ros/map_points", "Transient Local", True),
+    "rviz_default_plugins/PointCloud2": ("/lingbot_ros/map_points", "Transient Local", False),
     "rviz_default_plugins/Image": ("/lingbot_ros/depth", None, True),
     "rviz_default_plugins/Odometry": ("/lingbot_ros/odometry", None, False),
 }

@@ -116,7 +116,7 @@ class LingbotNode(LifecycleNode):
         configure within ``CONFIGURE_POLL_S``; ``main()`` then exits without waiting for that
         thread (``configure_job``), which writes nothing."""
         self.get_logger().info("configuring: checking parameters, loading the model, warming up")
-        errors = list(self._param_errors)
+        errors = list(self._param_errors) + params.declare_cameras(self)  # a rig's new names
         try:
             settings = params.build_settings(params.read(self))
         except ValueError as exc:
@@ -283,7 +283,7 @@ class LingbotNode(LifecycleNode):
         """Our parameters apply at configure: refused while configured; while unconfigured
         each change is checked as configure would check it (the reason is returned). ROS's
         own parameters (``use_sim_time``...) are left to ROS, in any state."""
-        ours = {p.name: p.value for p in parameters if p.name in params.PARAM_NAMES}
+        ours = {p.name: p.value for p in parameters if params.is_ours(p.name)}
         if not ours:
             return SetParametersResult(successful=True)
         if self._configured:

@@ -15,6 +15,9 @@ if TYPE_CHECKING:
 def build_session(settings: Settings) -> tuple[StreamingSession, bool, Optional[dict]]:
     """The session of ``settings``; returns ``(session, random_weights, resumed)``:
     ``resumed`` is the restored snapshot's manifest (None without ``resume_from``)."""
+    if settings.node.rig.enabled:  # before the model: nothing to load for a refusal
+        raise ValueError("cameras.names: a camera rig is configured, but this build has no "
+                         "rig worker yet (the node runs one camera: leave cameras.names empty)")
     model, random_weights = load_session_model(
         settings.session, settings.preset, settings.checkpoint or None, settings.precision,
         camera_head_precision=settings.camera_head_precision,

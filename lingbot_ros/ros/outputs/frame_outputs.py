@@ -14,6 +14,13 @@ source set and ``scale.before_lock: withhold``, a frame before the lock publishe
 camera_info (no units): pose, odometry, TF, depth and points are withheld, and the frame is
 kept so that ``~/path`` covers it in metres once the scale locks. ``publish_model_units``
 publishes such frames in model units; at the lock ``~/path`` is rebuilt in metres.
+
+A camera of a rig (``camera="front"``) has its outputs under ``~/front/``: ``pose``,
+``path``, ``camera_info``, ``depth``, ``depth/camera_info``, ``points``; no ``odometry`` and
+no /tf (``publish_tf=False``: the rig publishes one fused odom -> base, ~/odometry and
+map -> odom); the rig's one map (``shared_map``) takes its keyframes' points but is not
+this camera's (its reset, cleanup and snapshot leave it). Its ``map_to_odom`` is the
+camera's alignment into the fused odometry (``RigFusion``). ``camera=""``: today's node.
 """
 from __future__ import annotations
 
@@ -33,6 +40,7 @@ from ...geometry import frame_points, rigid_inverse
 from ...scale import ScaleConfig, ScaleEstimate, depth_to_metres, units_header
 from ...session import PATH_RECORDS, VOXEL_MAP, FrameResult, front_end_state, saved_part
 from ..params.node_config import NodeConfig
+from ..params.rig import CAMERA_NAME_RE
 from ..tf.frame_chain import FrameChain, body_velocity
 from ..tf.tree import TransformError
 from .map_points import MapPoints
@@ -79,10 +87,19 @@ class HeldFrame(NamedTuple):
 
 class Outputs:
     def __init__(self, node, config: NodeConfig, tf_tree=None,
-                 scale: ScaleConfig = ScaleConfig()) -> None:
+                 scale: ScaleConfig = ScaleConfig(), *, camera: str = "",
+                 publish_tf: bool = True, shared_map: Optional[MapPoints] = None) -> None:
         """Create the publishers. ``tf_tree`` (a ``TransformTree``): another node's
         odom -> base, needed when this node publishes map -> odom but not odom -> base.
-        ``scale``: the stream's scale settings (source, ``before_lock``)."""
+        ``scale``: the stream's scale settings (source, ``before_lock``). ``camera``: a
+        rig's camera (topics under ``~/<camera>/``, no ~/odometry, its map ``shared_map``);
+        ``publish_tf`` False: nothing on /tf (see the module's docstring)."""
+        if camera and not CAMERA_NAME_RE.fullmatch(camera):
+            raise ValueError(f"camera must be a camera name of [a-z0-9_]+, got {camera!r}")
+        if not camera and shared_map is not None:
+            raise ValueError("shared_map is a rig's: it needs a camera")
+        self.camera = camera
+        prefix = f"~/{camera}/" if camera else "~/"
         self.config = config
         self.scale_config = scale
         # frames before the lock (source set): rebuilt in metres on ~/path at the lock
@@ -91,21 +108,25 @@ class Outputs:
         self.num_withheld = 0  # frames whose metric outputs were withheld (before the lock)
         self._node = node
         self._tf_tree = tf_tree
-        self.pose = node.create_publisher(PoseStamped, "~/pose", 10)
-        self.odometry = node.create_publisher(Odometry, "~/odometry", 10)
-        self.camera_info = node.create_publisher(CameraInfo, "~/camera_info", 10)
+        self.pose = node.create_publisher(PoseStamped, prefix + "pose", 10)
+        self.odometry = (None if camera else
+                         node.create_publisher(Odometry, "~/odometry", 10))
+        self.camera_info = node.create_publisher(CameraInfo, prefix + "camera_info", 10)
         self.depth = self.depth_info = None
         if config.depth_rate_hz > 0:
-            self.depth = node.create_publisher(Image, "~/depth", 2)
-            self.depth_info = node.create_publisher(CameraInfo, "~/depth/camera_info", 2)
-        self.points = (node.create_publisher(PointCloud2, "~/points", 2)
+            self.depth = node.create_publisher(Image, prefix + "depth", 2)
+            self.depth_info = node.create_publisher(CameraInfo, prefix + "depth/camera_info", 2)
+        self.points = (node.create_publisher(PointCloud2, prefix + "points", 2)
                        if config.publish_points else None)
-        self.tf = node.create_publisher(TFMessage, "/tf", 100)  # tf2_ros's broadcaster QoS
+        # tf2_ros's broadcaster QoS
+        self.tf = node.create_publisher(TFMessage, "/tf", 100) if publish_tf else None
         self._publishers = [p for p in (self.pose, self.odometry, self.camera_info, self.depth,
                                         self.depth_info, self.points, self.tf) if p is not None]
         self.path = PathPublisher(node, config.map_frame, config.path_rate_hz,
-                                  config.path_max_poses)
-        self.map = (MapPoints(node, config.map_frame, config.map_voxel_size,
+                                  config.path_max_poses, topic=prefix + "path")
+        self._owns_map = not camera  # a rig's map is the rig's
+        self.map = (shared_map if camera else
+                    MapPoints(node, config.map_frame, config.map_voxel_size,
                               config.map_max_points, config.map_rate_hz)
                     if config.map_points else None)
         self._last_points = self._last_depth = self._last_depth_request = -math.inf
@@ -187,10 +208,11 @@ class Outputs:
                                          scale.sigma_log, T_odom[:3, 3])
             twist_cov = scaled_covariance(cfg.odom_linear_var, cfg.odom_angular_var,
                                           scale.sigma_log, linear)
-        self.odometry.publish(odometry(T_odom, stamp, odom_frame, chain.tracked_frame, linear,
-                                       angular, pose_cov, twist_cov))
-        transforms = self._transforms(T, M, stamp, result.stamp_ns, chain.tracked_frame,
-                                      not hold_map_to_odom)
+        if self.odometry is not None:  # a rig's camera: the rig's fused ~/odometry
+            self.odometry.publish(odometry(T_odom, stamp, odom_frame, chain.tracked_frame,
+                                           linear, angular, pose_cov, twist_cov))
+        transforms = (self._transforms(T, M, stamp, result.stamp_ns, chain.tracked_frame,
+                                       not hold_map_to_odom) if self.tf is not None else None)
         if transforms:
             self.tf.publish(TFMessage(transforms=transforms))
         self._publish_camera_info(result, chain, stamp)
@@ -220,7 +242,7 @@ class Outputs:
         model-unit poses published before, with ``publish_model_units``, are dropped)."""
         if self._published_model_units:  # ~/path and the map held model units
             self.path.clear()
-            if self.map is not None:
+            if self.map is not None and self._owns_map:
                 self.map.clear()
             self._published_model_units = False
         cfg = self.config
@@ -251,7 +273,7 @@ class Outputs:
     def clear(self) -> None:
         """Reset: the path and the map are published empty at once; the twist restarts."""
         self.path.clear()
-        if self.map is not None:
+        if self.map is not None and self._owns_map:  # a rig's map stays (other cameras')
             self.map.clear()
         self._previous = None
         self._held.clear()
@@ -260,12 +282,14 @@ class Outputs:
     def node_state(self) -> dict:
         """The outputs' own state for a stream snapshot: the voxel map (None without one)
         and the ~/path history, as snapshot parts (``session/snapshot_parts.py``)."""
-        return front_end_state({VOXEL_MAP: self.map, PATH_RECORDS: self.path})
+        return front_end_state({VOXEL_MAP: self.map if self._owns_map else None,
+                                PATH_RECORDS: self.path})
 
     def load_node_state(self, state: Optional[dict]) -> None:
         """Continue a restored snapshot's map and path (what ``node_state`` saved; a part
         the snapshot lacks, or this node has no owner for, is left as it is)."""
-        for key, owner in ((VOXEL_MAP, self.map), (PATH_RECORDS, self.path)):
+        owned_map = self.map if self._owns_map else None
+        for key, owner in ((VOXEL_MAP, owned_map), (PATH_RECORDS, self.path)):
             saved = saved_part(state, key)
             if owner is not None and saved is not None:
                 owner.load_state_dict(saved)
@@ -279,7 +303,7 @@ class Outputs:
     def destroy(self) -> None:
         """Publish the poses held back (the last Path holds every pose), remove everything."""
         self.path.destroy()
-        if self.map is not None:
+        if self.map is not None and self._owns_map:
             self.map.destroy()
         for pub in self._publishers:
             self._node.destroy_publisher(pub)

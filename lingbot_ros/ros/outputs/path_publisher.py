@@ -29,14 +29,16 @@ PATH_FINAL_ACK_S = 0.5  # destroy() waits this long at most for readers to take 
 
 
 class PathPublisher:
-    """``~/path`` (transient local, reliable, depth 1) in ``frame_id``."""
+    """``~/path`` (transient local, reliable, depth 1) in ``frame_id`` (or ``topic``)."""
 
-    def __init__(self, node, frame_id: str, rate_hz: float, max_poses: int) -> None:
-        """``max_poses``: the history kept (0 = all)."""
+    def __init__(self, node, frame_id: str, rate_hz: float, max_poses: int,
+                 topic: str = "~/path") -> None:
+        """``max_poses``: the history kept (0 = all); ``topic``: a rig's camera's own
+        (``~/front/path``)."""
         self._node = node
         latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        self.path = node.create_publisher(Path, "~/path", latched)
+        self.path = node.create_publisher(Path, topic, latched)
         # Shared by the worker (append) and the executor (snapshot) under _path_lock, held for
         # an append or a copy only. _path_send_lock orders the Path publications (executor,
         # clear, the final one in destroy): a Path snapshotted before a reset is never

@@ -2,13 +2,16 @@
 
 Built by ``declare.build_settings`` from the parameter table, whose rows also give every
 field's type and range (``table.rows("node")``): they are checked here, once. The rules
-one value's range cannot say (non-empty names, distinct frames) are checked here too.
+one value's range cannot say (non-empty names, distinct frames, a rig's robot base) are
+checked here too; ``check_rig`` checks a rig against the session's and the scale's settings.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ...config import SessionConfig
 from ...scale.config import ScaleConfig
+from .rig import RigConfig
 from .table import check_value, rows
 
 
@@ -60,6 +63,7 @@ class NodeConfig:
     warn_drop_share: float = 0.5  # diagnostics WARN above this share of recent frames lost
     stall_timeout_s: float = 5.0  # diagnostics ERROR: input arrives, nothing processed this long
     loop_queue_size: int = 2  # keyframes waiting for verification (loop.enable)
+    rig: RigConfig = RigConfig()  # cameras.*: () names = one camera (the fields above)
 
     def __post_init__(self) -> None:
         for row in rows("node"):  # type and range: the parameter table's
@@ -72,6 +76,15 @@ class NodeConfig:
         if self.base_frame in (self.map_frame, self.odom_frame):
             raise ValueError(f"base_frame must differ from map_frame and odom_frame, got "
                              f"{self.base_frame!r}")
+        cameras = len(self.rig.camera_names)
+        if cameras > 1 and self.camera_only:
+            raise ValueError(f"base_frame: a rig of {cameras} cameras (cameras.names) tracks "
+                             f"one robot base: it needs a base frame, got ''")
+        for camera in self.rig.cameras:
+            if camera.frame and camera.frame in (self.map_frame, self.odom_frame,
+                                                 self.base_frame):
+                raise ValueError(f"parameter {camera.param('frame')!r}: {camera.frame!r} is "
+                                 f"the map, odom or base frame, not a camera's")
 
     @property
     def camera_only(self) -> bool:
@@ -103,6 +116,43 @@ def check_scale_inputs(config: NodeConfig, scale: ScaleConfig) -> None:
             "transform itself and would read its own estimate back (circular). Set "
             "tf.publish_odom_to_base: false (the other node owns odom -> base), or "
             "scale.odometry_input: topic")
+
+
+def camera_config(config: NodeConfig, camera: str) -> NodeConfig:
+    """A rig camera's own ``NodeConfig``: the node's, with the camera's image topic and
+    frame (``cameras.<camera>.*``) and no rig; what its ``RobotFrames``, ``Outputs`` and
+    image input are built with. Its camera info and depth topics ("" = none) are read from
+    its ``CameraConfig``."""
+    c = config.rig.camera(camera)
+    return replace(config, image_topic=c.image_topic, use_compressed=c.use_compressed,
+                   camera_frame=c.frame, camera_is_optical=c.frame_is_optical,
+                   rig=RigConfig())
+
+
+def check_rig(config: NodeConfig, session: SessionConfig, scale: ScaleConfig,
+              loop_enable: bool) -> None:
+    """ValueError naming the parameter for a rig this node cannot run: its cameras share one
+    batched step, so one model input size (``input.height`` fixed: with 0 each camera's
+    aspect would give its own); one fused pose needs metres (a metric ``scale.source``);
+    the back end (``loop.enable``) takes one stream (v1); an
+    aligned-depth scale source needs each camera's depth topic."""
+    rig = config.rig
+    if len(rig.camera_names) > 1 and session.preprocess.height is None:
+        raise ValueError(f"parameter 'input.height': a rig of {len(rig.camera_names)} cameras "
+                         f"runs one batched step: it needs one model input size for all, set "
+                         f"input.height (a fixed H x W; 0 takes each camera's aspect)")
+    if len(rig.camera_names) > 1 and not scale.metric:
+        raise ValueError(f"parameter 'scale.source': a rig of {len(rig.camera_names)} cameras "
+                         f"fuses their base poses in metres (each stream's model units "
+                         f"differ): it needs a metric scale source, got {scale.source!r}")
+    if len(rig.camera_names) > 1 and loop_enable:
+        raise ValueError("parameter 'loop.enable': not supported with a rig of several "
+                         "cameras yet (the back end takes one stream)")
+    if rig.enabled and scale.kind.needs_sensor_depth:
+        for camera in rig.cameras:
+            if not camera.depth_topic:
+                raise ValueError(f"parameter {camera.param('depth_topic')!r}: scale.source "
+                                 f"{scale.source!r} reads every camera's aligned depth: set it")
 
 
 def scale_reads_tf(config: NodeConfig, scale: ScaleConfig) -> bool:

@@ -15,67 +15,17 @@ code imports ``NodeConfig``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Optional
-
 from ...config import (ATTENTION_BACKENDS, FLASHINFER_VARIANTS, FUSED_KERNEL_MODES,
                       HEAD_PRECISIONS, KEYFRAME_POLICIES, MAX_KV_SPLITS, MLP_PRECISIONS,
                       MODEL_PRESETS, PRECISIONS, ROLLOVER_MODES,
                       STAMP_BACKWARDS_POLICIES)
 from ...loop.config import ROBUST_KERNELS
 from ...scale.config import BEFORE_LOCK_POLICIES, SCALE_SOURCES
+from .rig import RIG_PARAMS
+from .row import Param, check_value, none_if_negative, none_if_zero  # noqa: F401 -- re-exported
 
 IMAGE_QOS = ("auto", "sensor_data", "reliable")  # qos.image (ros/intake/image_input.py)
 ODOMETRY_INPUTS = ("topic", "tf")  # scale.odometry_input (ros/intake/scale_inputs.py)
-
-
-def none_if_negative(value):
-    """-1 means "no bound" in ROS (no None there): the config's None."""
-    return None if value < 0 else value
-
-
-def none_if_zero(value):
-    return value or None
-
-
-@dataclass(frozen=True)
-class Param:
-    name: str  # the ROS parameter
-    type: type  # bool, int, float or str (an int is accepted for a float)
-    default: Any
-    field: str  # the config field it sets: session.<f>, session.keyframes.<f>,
-    #             session.preprocess.<f>, node.<f>, scale.<f>, loop.<f> or settings.<f>
-    description: str
-    range: Optional[tuple[float, float]] = None  # inclusive, advertised in the descriptor
-    choices: tuple = ()
-    step: int = 0  # int only: the value is range[0] plus a multiple of it (0: any)
-    to_config: Optional[Callable[[Any], Any]] = None  # the ROS value -> the field's (None: same)
-
-    @property
-    def attribute(self) -> str:
-        """The field's name in its config (``window`` for ``session.window``)."""
-        return self.field.rsplit(".", 1)[1]
-
-    def config_value(self, value):
-        value = float(value) if self.type is float else value
-        return self.to_config(value) if self.to_config is not None else value
-
-
-def check_value(p: Param, value, label: Optional[str] = None) -> None:
-    """ValueError unless ``value`` has ``p``'s type and lies in its range or choices; the
-    message starts with ``label`` (default: ``parameter '<name>'``)."""
-    label = label or f"parameter {p.name!r}"
-    if type(value) is not p.type and not (p.type is float and type(value) is int):
-        raise ValueError(f"{label} must be {p.type.__name__}, got {value!r}")
-    if p.choices and value not in p.choices:
-        raise ValueError(f"{label} must be one of {list(p.choices)}, got {value!r}")
-    if p.range is not None and not p.range[0] <= value <= p.range[1]:
-        raise ValueError(f"{label} must be in [{p.range[0]}, {p.range[1]}], got {value!r}")
-    if p.step and (value - p.range[0]) % p.step:
-        raise ValueError(f"{label} must be a multiple of {p.step}, got {value!r}"
-                         if p.range[0] % p.step == 0 else
-                         f"{label} must be {p.range[0]} plus a multiple of {p.step}, "
-                         f"got {value!r}")
 
 
 P = Param
@@ -432,7 +382,7 @@ PARAMS: tuple[Param, ...] = (
       range=(0.01, 1.0)),
     P("diagnostics.stall_timeout_s", float, 5.0, "node.stall_timeout_s",
       "ERROR when images arrive but none was processed for this long", range=(0.1, 3600.0)),
-)
+) + RIG_PARAMS  # cameras.*: a camera rig (rig.py, with its per-camera template rows)
 del P
 PARAM_NAMES = tuple(p.name for p in PARAMS)
 PARAMS_BY_NAME = {p.name: p for p in PARAMS}
@@ -442,5 +392,5 @@ PARAMS_BY_ATTRIBUTE = {p.attribute: p for p in PARAMS}
 
 def rows(config: str) -> tuple[Param, ...]:
     """The rows that set fields of ``config`` (``node``, ``session``, ``session.keyframes``,
-    ``session.preprocess``, ``scale``, ``loop``, ``settings``)."""
+    ``session.preprocess``, ``scale``, ``loop``, ``settings``, ``rig``)."""
     return tuple(p for p in PARAMS if p.field.rsplit(".", 1)[0] == config)

@@ -1,7 +1,7 @@
 """/diagnostics: one DiagnosticStatus summarising input, processing, drops, latency, memory."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
@@ -103,3 +103,43 @@ def _array(stamp, status: DiagnosticStatus) -> DiagnosticArray:
     msg = DiagnosticArray(status=[status])
     msg.header.stamp = stamp
     return msg
+
+
+def rig_check(facts, gather: Optional[Mapping[str, Any]] = None) -> tuple[int, str, dict]:
+    """A rig's part of /diagnostics from ``RigFusion``'s frozen ``RigFacts`` (and the
+    gather's counts per camera, ``RigGather.counts()``): (level, message, key values).
+
+    ERROR: no camera tracks (no fused pose) after one did; WARN: the pose comes from another
+    camera than the primary (a failover, with its reason), or a camera disagrees with the
+    fused pose by more than ``cameras.max_disagreement_m``; OK otherwise."""
+    values: dict = {"rig_source": facts.source or "(none)", "rig_primary": facts.primary,
+                    "rig_failovers": facts.failovers, "rig_failbacks": facts.failbacks}
+    switch = facts.last_switch
+    if switch is not None:
+        values["rig_last_switch"] = (f"{switch.from_camera or '(none)'} -> "
+                                     f"{switch.to_camera or '(none)'} ({switch.reason}) at "
+                                     f"{switch.stamp_ns} ns")
+        if switch.jump_m is not None:
+            values["rig_last_switch_jump_m"] = float(switch.jump_m)
+    over = []
+    for c in facts.cameras:
+        values[f"{c.name}_tracking"] = c.tracking
+        if c.disagreement_m is not None:
+            values[f"{c.name}_disagreement_m"] = float(c.disagreement_m)
+            if c.over_limit:
+                over.append(f"{c.name} {c.disagreement_m:.2f} m")
+        counts = (gather or {}).get(c.name)
+        if counts is not None:
+            values[f"{c.name}_dropped"] = counts.dropped
+            values[f"{c.name}_missed"] = counts.missed
+    if not facts.source:
+        if switch is None:
+            return 0, "rig: no fused pose yet (no camera tracks yet)", values
+        return 2, f"rig: no camera tracks: no fused pose since {switch.reason}", values
+    if facts.source != facts.primary:
+        why = f" ({switch.reason})" if switch is not None else ""
+        return 1, (f"rig: failed over to {facts.source}: primary {facts.primary} not "
+                   f"tracking{why}"), values
+    if over:
+        return 1, "rig: cameras disagree with the fused pose: " + ", ".join(over), values
+    return 0, f"rig: fused pose from {facts.source}", values

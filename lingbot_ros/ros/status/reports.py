@@ -42,6 +42,15 @@ class StatusReads:
     image_qos: Callable[[], Optional[str]] = lambda: None  # ImageInput.describe
 
 
+def tracking_status(telemetry: NodeTelemetry, header, state: int,
+                    message: str = "") -> TrackingStatus:
+    """A ~/status message: the state, what did not go out, and ``telemetry``'s counters."""
+    t = telemetry.snapshot()
+    return TrackingStatus(
+        header=header, state=state, message=message, frames_received=t.received,
+        frames_processed=t.processed, frames_dropped=t.dropped, frames_rejected=t.rejected)
+
+
 class Status:
     """Created on activate, destroyed on deactivate."""
 
@@ -100,11 +109,8 @@ class Status:
         self.status.publish(self._message(header, state, message))
 
     def _message(self, header, state: int, message: str = "") -> TrackingStatus:
-        t = self._telemetry.snapshot()
         self.state = state
-        return TrackingStatus(
-            header=header, state=state, message=message, frames_received=t.received,
-            frames_processed=t.processed, frames_dropped=t.dropped, frames_rejected=t.rejected)
+        return tracking_status(self._telemetry, header, state, message)
 
     def _publish_cache(self) -> None:
         snapshot = self._telemetry.session_info()

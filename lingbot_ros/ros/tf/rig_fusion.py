@@ -45,7 +45,6 @@ order. Pure numpy over ``geometry/``: no rclpy, no messages; results are frozen.
 from __future__ import annotations
 
 import bisect
-import re
 from collections import deque
 from dataclasses import dataclass, replace
 from typing import Optional
@@ -53,8 +52,7 @@ from typing import Optional
 import numpy as np
 
 from ...geometry import check_rigid, interpolate_tq, matrix_to_tq, rigid_inverse, rotation_angle
-
-NAME_RE = re.compile(r"[a-z0-9_]+")
+from ..params.rig import CAMERA_NAME_RE  # one rule for NodeConfig's names and the fusion's
 REASONS = ("start", "lost", "reset", "stalled", "failback", "resume")
 RIGID_TOL = 1e-6
 
@@ -81,7 +79,7 @@ class RigFusionConfig:
         object.__setattr__(self, "names", names)
         if not names:
             raise ValueError("cameras.names: a rig needs at least one camera")
-        bad = [n for n in names if not isinstance(n, str) or not NAME_RE.fullmatch(n)]
+        bad = [n for n in names if not isinstance(n, str) or not CAMERA_NAME_RE.fullmatch(n)]
         if bad:
             raise ValueError(f"cameras.names: {bad} are not names of [a-z0-9_]+")
         if len(set(names)) != len(names):
@@ -284,6 +282,12 @@ class RigFusion:
     @property
     def source(self) -> str:
         return self._source
+
+    def alignment(self, camera: str) -> Optional[np.ndarray]:
+        """``camera``'s ``A_s`` (read-only (4, 4)): its map into the fused odometry, for its
+        own outputs (its pose in the fused frame); None until it is anchored."""
+        anchor = self._camera(camera).anchor
+        return None if anchor is None else _frozen(anchor)
 
     def fused_pose(self) -> Optional[FusedPose]:
         """The last fused pose (None before the first)."""

@@ -1,6 +1,7 @@
 """The node's parameter table: validation that names the parameter, the configs built from
 its rows, and config/lingbot_ros.yaml and docs/node.md in step with it (names, defaults and
-their types)."""
+their types), the rig's per-camera template rows (``cameras.{camera}.*``) included: in the
+yaml as comments, in node.md as rows with ``{camera}`` literally."""
 from __future__ import annotations
 
 import math
@@ -12,6 +13,7 @@ import yaml
 from lingbot_ros.config import SessionConfig
 from lingbot_ros.ros.params.declare import PARAM_NAMES, PARAMS, build_settings, check_value
 from lingbot_ros.ros.params.node_config import NodeConfig
+from lingbot_ros.ros.params.rig import CAMERA_ROWS
 from tests.ros.ros_helpers import REPO, ros_env  # noqa: F401 -- the fixture
 
 YAML = REPO / "config" / "lingbot_ros.yaml"
@@ -39,11 +41,24 @@ def test_yaml_lists_exactly_the_declared_parameters_with_their_defaults():
         assert values[p.name] == p.default, (p.name, values[p.name], p.default)
 
 
+def test_yaml_lists_the_camera_template_rows_as_comments_with_their_defaults():
+    """A template row is not a parameter until a camera is named: the yaml lists each once,
+    commented out, with ``{camera}`` in its name."""
+    listed = {}
+    for line in YAML.read_text().splitlines():
+        m = re.match(r"\s*# (cameras\.\{camera\}\.\w+): (\S+)", line)
+        if m:
+            listed[m.group(1)] = yaml.safe_load(m.group(2))
+    assert list(listed) == [p.name for p in CAMERA_ROWS]
+    for p in CAMERA_ROWS:
+        assert type(listed[p.name]) is p.type and listed[p.name] == p.default, p.name
+
+
 def docs_table() -> dict[str, tuple[str, str]]:
     """docs/node.md's parameter table: name -> (type, default as written)."""
     out = {}
     for line in NODE_MD.read_text().splitlines():
-        m = re.match(r"\| `([\w.]+)` \| (\w+) \| `(.*?)` \|", line)
+        m = re.match(r"\| `([\w.{}]+)` \| (\w+) \| `(.*?)` \|", line)
         if m:
             out[m.group(1)] = (m.group(2), m.group(3))
     return out
@@ -51,8 +66,9 @@ def docs_table() -> dict[str, tuple[str, str]]:
 
 def test_docs_list_exactly_the_table_with_its_defaults():
     documented = docs_table()
-    assert list(documented) == list(PARAM_NAMES), "docs/node.md: the table's names, in order"
-    for p in PARAMS:
+    assert list(documented) == [*PARAM_NAMES, *(p.name for p in CAMERA_ROWS)], \
+        "docs/node.md: the table's names, in order, then the camera template rows"
+    for p in (*PARAMS, *CAMERA_ROWS):
         kind, default = documented[p.name]
         assert kind == p.type.__name__, p.name
         value = yaml.safe_load(default)
@@ -69,7 +85,7 @@ def test_the_tables_defaults_are_the_configs_defaults():
 
 def test_every_config_field_is_set_by_one_row():
     from dataclasses import fields
-    for config, skip in ((NodeConfig, set()), (SessionConfig, {
+    for config, skip in ((NodeConfig, {"rig"}), (SessionConfig, {
             "keyframes", "preprocess", "return_depth", "return_features",
             "fused_kernels_off"})):
         prefix = "node" if config is NodeConfig else "session"

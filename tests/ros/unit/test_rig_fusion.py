@@ -255,3 +255,20 @@ def test_three_cameras_fail_over_in_order_and_a_secondary_source_is_kept():
     left = facts.cameras[0]
     assert left.anchored and left.frames_tracking == 10
     assert left.disagreement_m == pytest.approx(0.0, abs=1e-9)
+
+
+def test_alignment_is_none_until_anchored_then_maps_the_camera_into_the_fused_frame():
+    fusion = RigFusion(RigFusionConfig(("front", "rear"), stall_timeout_s=1.0))
+    assert fusion.alignment("front") is None and fusion.alignment("rear") is None
+    shift = np.eye(4)
+    shift[:3, 3] = (0.0, 2.0, 0.0)  # the rear's map starts 2 m away from the front's
+    for i in range(3):
+        pose = np.eye(4)
+        pose[:3, 3] = (0.1 * i, 0.0, 0.0)
+        fusion.update("front", 1_000 + i * 100, pose, True)
+        fusion.update("rear", 1_000 + i * 100, np.linalg.inv(shift) @ pose, True)
+    assert np.array_equal(fusion.alignment("front"), np.eye(4))
+    rear = fusion.alignment("rear")
+    assert np.allclose(rear, shift, atol=1e-9) and not rear.flags.writeable
+    with pytest.raises(ValueError, match="unknown camera"):
+        fusion.alignment("left")

@@ -1,0 +1,99 @@
+"""RigIO (ros/intake/rig.py) on a real rclpy node (no DDS traffic): built from a rig's
+settings, it makes each camera's subscription and ``~/<camera>/`` topics, the fused ones and
+one map; images offered per camera (as their callbacks do) come out as each camera's pose
+and status, one fused odom -> base_link, and both cameras' points in the one map."""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from lingbot_ros.ros.intake.rig import RigIO, fusion_config
+from lingbot_ros.ros.params.declare import build_settings
+from lingbot_ros.ros.tf.tree import TransformTree
+from tests.ros.node_data import good_images
+from tests.ros.rig_streams import SeparateStreams
+
+NODE = "rig_io"
+PARAMS = {"frames.base": "base_link", "input.width": 56, "input.height": 42,
+          "scale.source": "fixed", "cameras.names": "front,rear", "cameras.primary": "rear",
+          "cameras.front.image_topic": "/front/image_raw", "cameras.front.frame": "front_opt",
+          "cameras.rear.image_topic": "/rear/image_raw", "cameras.rear.frame": "rear_opt",
+          "publish.map_points": True, "map.rate_hz": 100.0, "publish.points_stride": 8,
+          "publish.depth_rate_hz": 0.0, "cameras.failback_frames": 7}
+
+
+@pytest.fixture
+def ros_node():
+    import rclpy
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = rclpy.create_node(NODE, context=context)
+    try:
+        yield node
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=context)
+
+
+def rig_tree() -> TransformTree:
+    tree = TransformTree()
+    for child, x in (("front_opt", 0.2), ("rear_opt", -0.2)):
+        T = np.eye(4)
+        T[:3, 3] = (x, 0.0, 0.5)
+        tree.set_transform("base_link", child, T, 0, static=True)
+    return tree
+
+
+def recorded(publisher) -> list:
+    sent, real = [], publisher.publish
+    publisher.publish = lambda msg: (sent.append(msg), real(msg))
+    return sent
+
+
+def test_the_fusion_settings_come_from_the_parameters():
+    config = fusion_config(build_settings(PARAMS).node.rig)
+    assert config.names == ("front", "rear") and config.primary_name == "rear"
+    assert config.failback_frames == 7 and config.stall_timeout_s == 1.0
+
+
+def test_a_rig_on_a_node_publishes_per_camera_and_one_fused_pose(ros_node):
+    settings = build_settings(PARAMS)
+    clock = iter(np.arange(0.0, 100.0, 0.001)).__next__
+    io = RigIO(ros_node, settings, SeparateStreams(("front", "rear")), rig_tree(),
+               log=logging.getLogger("test_rig_io"), clock=clock)
+    try:
+        assert [i.topic for i in io.inputs] == ["/front/image_raw", "/rear/image_raw"]
+        front, rear = io.units
+        assert front.outputs.pose.topic_name == f"/{NODE}/front/pose"
+        assert rear.status.status.topic_name == f"/{NODE}/rear/status"
+        assert io.fused.tf.topic_name == "/tf" and front.outputs.tf is None
+        assert front.outputs.map is io.map and rear.outputs.map is io.map
+        poses = {u.name: recorded(u.outputs.pose) for u in io.units}
+        statuses = {u.name: recorded(u.status.status) for u in io.units}
+        tfs = recorded(io.fused.tf)
+        images = good_images(4)
+        for msg in images:
+            io.offer("front", msg)
+            io.offer("rear", msg)
+            assert io.worker.run_once(timeout=0)
+        assert len(poses["front"]) == len(poses["rear"]) == 4
+        assert poses["front"][0].header.frame_id == "map"
+        assert [m.state for m in statuses["rear"]][-1] == statuses["rear"][-1].STATE_TRACKING
+        assert statuses["front"][-1].frames_received == 4
+        child = {(t.header.frame_id, t.child_frame_id) for m in tfs for t in m.transforms}
+        assert child == {("odom", "base_link"), ("map", "odom")} and len(tfs) == 4
+        assert io.worker.rig_facts.source == "rear"  # cameras.primary
+        assert io.map.info()["map_points"] > 0
+        io.worker.reset("rear")
+        assert io.worker.rig_facts.source == "front" and io.worker.rig_facts.failovers == 1
+        with pytest.raises(ValueError, match="no camera 'left'"):
+            io.offer("left", images[0])
+    finally:
+        io.destroy()
+
+
+def test_no_rig_no_rig_io(ros_node):
+    with pytest.raises(ValueError, match="needs a rig"):
+        RigIO(ros_node, build_settings({}), None, None, log=logging.getLogger("x"))
