@@ -35,8 +35,9 @@ def sections(text: str) -> dict[str, str]:
 
 
 def code_lines(section: str) -> list[str]:
-    """The commands of a section's code blocks: comments and continuation lines joined."""
-    blocks = re.findall(r"^```\w*\n(.*?)^```", section, flags=re.M | re.S)
+    """The commands of a section's shell blocks (```bash, ```sh or unlabelled; not a
+    ```text block of output): comments dropped, continuation lines joined."""
+    blocks = re.findall(r"^```(?:bash|sh|)\n(.*?)^```", section, flags=re.M | re.S)
     text = "\n".join(blocks).replace("\\\n", " ")
     return [line.split("  #")[0].strip() for line in text.splitlines()
             if line.strip() and not line.lstrip().startswith("#")]
