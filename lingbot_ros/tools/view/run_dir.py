@@ -25,6 +25,7 @@ import numpy as np
 
 from ...geometry import (check_regular, read_ply, read_ply_comments, read_regular, read_tum,
                          read_tum_header)
+from ...scale import SOURCES
 from .scene import Counters, SceneModel, ScaleView
 
 __all__ = ["RunDirError", "RunOutputs", "read_run_dir", "load_into"]
@@ -194,7 +195,9 @@ def _scale(summary: Optional[dict], header: dict, units: str) -> ScaleView:
             mpu = float(text.split(",")[1].split()[0])
         except (IndexError, ValueError):
             mpu = None
-    state = "LOCKED" if short == "m" else ("UNKNOWN" if source == "none" else "CONVERGING")
+    kind = SOURCES.get(source)  # the registry: a source meant for metres is converging
+    metric = kind is not None and kind.metric
+    state = "LOCKED" if short == "m" else ("CONVERGING" if metric else "UNKNOWN")
     return ScaleView(state=state, source=source, metres_per_unit=mpu, units=short)
 
 
