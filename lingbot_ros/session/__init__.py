@@ -11,6 +11,7 @@ from .input_policy import InputPolicy, SessionEvent
 from .keyframes import KeyframePolicy, make_policy
 from .segments import AnchorFrame, Rollover, Segments
 from .session import Outcome, StreamingSession
+from .multi_session import FrameIn, MultiStreamSession
 from .session_state import SessionSnapshots
 from .snapshot_codec import SnapshotData, SnapshotError, read_manifest, write_snapshot
 from .snapshot_folder import check_replaceable, sweep_stale
@@ -25,7 +26,7 @@ from .weights import WeightsIdentity
 
 __all__ = ["StepKind", "PRESETS", "load_session_model", "open_session", "warm_up",
            "KeyframePolicy", "make_policy", "InputPolicy", "SessionEvent", "AnchorFrame",
-           "Rollover", "Segments", "Outcome", "StreamingSession",
+           "Rollover", "Segments", "Outcome", "StreamingSession", "FrameIn", "MultiStreamSession",
            "LatencyWindow", "StepTxn", "StreamRunner", "fast_path_of", "FrameFailed",
            "FrameRejected", "FrameResult", "SnapshotData", "SnapshotError", "read_manifest",
            "write_snapshot", "sweep_stale", "check_replaceable", "FINGERPRINT_FRAMES",

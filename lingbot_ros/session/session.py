@@ -50,8 +50,9 @@ import torch
 from ..cache import StepKind
 from ..config import SessionConfig
 from ..geometry import Trajectory
+from ..model import StepOutputs
 from .fingerprint import InputFingerprint
-from .flight import Closed, Flight, non_finite
+from .flight import Closed, Flight, Opened, Staged, decide, non_finite, run_alone
 from .frame_upload import FrameUpload
 from .info import SessionInfo, StreamInfo, session_info
 from .input_policy import InputPolicy, SessionEvent
@@ -149,43 +150,13 @@ class StreamingSession:
         restart does not reuse one) that its outcome carries (``FrameResult.ticket``,
         ``FrameFailed.tickets``). A rejected frame gets none: nothing is kept for it.
         """
-        self._counts["frames_in"] += 1
-        self._fingerprint.update(image, stamp_ns, encoding)  # the first few frames only
-        t0 = time.perf_counter()
-        self._laps.mark()
+        staged = self._stage(image, stamp_ns, encoding, with_depth)
         try:
-            stamp_ns, restart = self._input.check_stamp(stamp_ns)
-            tensor, crop = self._upload(image, encoding)
-            if restart is None:  # a stamp restart unlocks the size: any size starts the stream
-                restart = self._input.check_size(crop.output_hw)
-        except FrameRejected as exc:
-            self._counts[f"rejected_{exc.reason}"] += 1
-            raise
-        self._laps.lap("checks_preprocess")
-        hw = crop.output_hw
-        # The previous frame's step closes before this one opens (its pages and fate decide
-        # this one's). Its outcome is reported after this frame's step is queued, off the
-        # GPU's idle time, unless the stream changes first (a restart, a new size, a rollover).
-        closed = self._close_flight()
-        blocking_rollover = (closed is not None and closed.rollover_due
-                             and self.config.rollover_mode == "blocking")
-        stream_changes = (restart is not None or hw != self._model_hw or blocking_rollover
-                          or self._next.built)
-        frame = None
-        try:
-            if not stream_changes:
-                frame = self._take(tensor, stamp_ns, crop, t0, with_depth)
+            frame, opened = self._open(staged)
+            if opened is not None:
+                self._launched(*run_alone(self._runner, opened))  # the step, alone
         finally:
-            self._report(closed)  # the one report site (also after a failed launch)
-        if stream_changes:
-            if restart is not None:
-                self._restart(restart)
-            if hw != self._model_hw:
-                self._allocate(hw)
-            if self._next.built:  # a sliced rollover's anchors are ready: the new segment
-                self._next.adopt(self._runner, self._policy, self._segments)
-                self._counts["rollovers"] += 1
-            frame = self._take(tensor, stamp_ns, crop, t0, with_depth)
+            self._report(staged.closed)  # the one report site (also after a failed launch)
         return frame.ticket
 
     def collect(self, wait: bool = True) -> list[Outcome]:
@@ -252,28 +223,82 @@ class StreamingSession:
         """``cuda_graph`` when streaming steps are graph replays, else why they are eager."""
         return self.info().stream.fast_path
 
-    # -- the stream ------------------------------------------------------------------------
-    def _take(self, image: torch.Tensor, stamp_ns: int, crop, t0: float,
-              with_depth: Optional[bool]) -> Frame:
-        """The frame goes in: buffered for the scale phase (run once it is complete), or
-        launched as a streaming step, whose successor is then planned ahead."""
-        self._input.accept(stamp_ns, crop.output_hw)
-        frame = Frame(image, stamp_ns, crop, self._next_index, self._next_ticket, t0)
+    # -- a frame's way in: stage, open, run, launched, then the closed step's report: so in
+    # ``submit``; ``MultiStreamSession`` runs several streams' steps as one between the two.
+    def _stage(self, image: np.ndarray, stamp_ns: int, encoding: str,
+               with_depth: Optional[bool]) -> Staged:
+        """Checks and preprocessing (``FrameRejected``: counted, nothing else changes); the
+        previous frame's step closes (its pages and fate decide this one's), its outcome
+        reported once this frame's step is queued (``Staged.closed``), or here if the stream
+        changes first (a restart, a new size, a rollover), which it then does."""
+        self._counts["frames_in"] += 1
+        self._fingerprint.update(image, stamp_ns, encoding)  # the first few frames only
+        t0 = time.perf_counter()
+        self._laps.mark()
+        try:
+            stamp_ns, restart = self._input.check_stamp(stamp_ns)
+            tensor, crop = self._upload(image, encoding)
+            if restart is None:  # a stamp restart unlocks the size: any size starts the stream
+                restart = self._input.check_size(crop.output_hw)
+        except FrameRejected as exc:
+            self._counts[f"rejected_{exc.reason}"] += 1
+            raise
+        self._laps.lap("checks_preprocess")
+        hw = crop.output_hw
+        closed = self._close_flight()
+        blocking_rollover = (closed is not None and closed.rollover_due
+                             and self.config.rollover_mode == "blocking")
+        if not (restart or hw != self._model_hw or blocking_rollover or self._next.built):
+            return Staged(tensor, stamp_ns, crop, t0, with_depth, closed)
+        self._report(closed)
+        if restart is not None:
+            self._restart(restart)
+        if hw != self._model_hw:
+            self._allocate(hw)
+        if self._next.built:  # a sliced rollover's anchors are ready: the new segment
+            self._next.adopt(self._runner, self._policy, self._segments)
+            self._counts["rollovers"] += 1
+        return Staged(tensor, stamp_ns, crop, t0, with_depth, None)
+
+    def _open(self, staged: Staged) -> tuple[Frame, Optional[Opened]]:
+        """The frame goes in: buffered for the scale phase (run alone once complete), or its
+        step begun (``Opened``): a keyframe known before the forward evicts first; any other
+        is speculative and sees the un-evicted window (the reference's deferred eviction)."""
+        self._input.accept(staged.stamp_ns, staged.crop.output_hw)
+        frame = Frame(staged.image, staged.stamp_ns, staged.crop, self._next_index,
+                      self._next_ticket, staged.t0)
         self._next_index += 1
         self._next_ticket += 1
         if not self._segments.started:
             self._anchors.append(frame)
             if len(self._anchors) == self.config.num_scale_frames:
                 self._run_scale_phase()
-            return frame
-        self._flight = self._launch(frame, with_depth)
+            return frame, None
+        known = self._policy.known_before_forward(frame.index)
+        kind = StepKind.KEYFRAME if known else StepKind.SPECULATIVE
+        with_depth = self._needs_depth(staged.with_depth)
+        txn = self._runner.begin(1, kind)
+        self._laps.lap("begin")
+        return frame, Opened(frame, txn, kind, known, with_depth)
+
+    def _launched(self, opened: Opened, outputs: StepOutputs) -> None:
+        """The step is queued: its read-back starts, it is the flight, and its successor is
+        planned ahead; a sliced rollover's build queues its slices behind it."""
+        frame, txn = opened.frame, opened.txn
+        try:
+            self._readback.start(host_tensors([frame], outputs, self._segments.align,
+                                              self.config))
+        except Exception:
+            txn.rollback()
+            raise
+        self._laps.lap("readback_start")
+        self._flight = Flight(frame, outputs, txn, opened.known)
         self._plan_ahead(self._flight)
         if self._next.pending:  # queued behind this frame's step: the GPU runs it first
             try:
                 self._next.advance(self.config.rollover_slices_per_frame)
             except Exception:  # noqa: BLE001 -- dropped; the next keyframe starts it again
                 self._counts["rollover_build_failed"] += 1
-        return frame
 
     def _restart(self, event: SessionEvent) -> None:
         """The input policy restarts the stream on the current frame; counters go on."""
@@ -332,22 +357,6 @@ class StreamingSession:
         # rule for both the fixed interval and the flow mode).
         self._publish(results)
 
-    def _launch(self, frame: Frame, with_depth: Optional[bool]) -> Flight:
-        # A keyframe known before the forward evicts first; any other frame is speculative
-        # and sees the un-evicted window (the reference's deferred eviction).
-        known = self._policy.known_before_forward(frame.index)
-        kind = StepKind.KEYFRAME if known else StepKind.SPECULATIVE
-        outputs, txn = self._runner.step(frame.image[None], kind,
-                                         with_depth=self._needs_depth(with_depth))
-        try:
-            self._readback.start(host_tensors([frame], outputs, self._segments.align,
-                                              self.config))
-        except Exception:
-            txn.rollback()
-            raise
-        self._laps.lap("readback_start")
-        return Flight(frame, outputs, txn, known)
-
     def _plan_ahead(self, flight: Flight) -> None:
         """While ``flight`` runs on the GPU, prepare the next frame's step as it will be if
         ``flight`` closes as expected: a keyframe known in advance is committed, any other
@@ -375,22 +384,13 @@ class StreamingSession:
             flight.txn.rollback()
             raise
         self._laps.lap("wait")
-        frame, outputs, txn = flight.frame, flight.outputs, flight.txn
-        failed = self._check_finite(host, txn, f"frame {frame.index}", [frame])
+        frame = flight.frame
+        failed = self._check_finite(host, flight.txn, f"frame {frame.index}", [frame])
         if failed is not None:
             return Closed(frame, None, None, False, False, failed)
-        depth = outputs.depth[0, ..., 0] if outputs.depth is not None else None
-        keyframe = flight.known if flight.known is not None else self._policy.decide(
-            frame.index, depth, outputs.intrinsics[0], outputs.c2w[0])
-        rollover_due = False
-        if keyframe:
-            txn.commit()
-            self._policy.on_keyframe(frame.index, depth, outputs.intrinsics[0], outputs.c2w[0])
-            rollover_due = self._segments.count_keyframe()
-        else:
-            txn.rollback()
+        closed = decide(flight, host, self._policy, self._segments)
         self._laps.lap("close")
-        return Closed(frame, outputs, host, keyframe, rollover_due)
+        return closed
 
     def _report(self, closed: Optional[Closed]) -> None:
         """Queue the outcome of a closed step (host work only, but for a keyframe's depth
