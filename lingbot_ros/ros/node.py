@@ -31,6 +31,7 @@ from .backend.factory import NodeBackend
 from ..scale import ScaleStream
 from .intake.stream_control import StreamControl
 from .intake.image_input import ImageInput
+from .intake.rig import RigIO
 from .intake.worker import FrameWorker
 from .lifecycle.background_job import BackgroundJob
 from .lifecycle.file_policy import check_snapshot_paths, open_files_root, unconfined_warning
@@ -78,6 +79,8 @@ class LingbotNode(LifecycleNode):
         self._tf_listener: Optional[TfListener] = None
         self.image_input: Optional[ImageInput] = None  # the image subscription; while active
         self.worker: Optional[FrameWorker] = None  # the thread from the queue to the outputs
+        self.rig: Optional[RigIO] = None  # a camera rig's pieces (cameras.names); while active
+        self._rig_services: list = []  # ~/<camera>/reset; while active
         self.outputs: Optional[Outputs] = None
         # the stream's metric scale (scale.*): from configure to cleanup, like the session;
         # fed by the worker, reset with the stream (docs/node.md "Scale")
@@ -153,7 +156,8 @@ class LingbotNode(LifecycleNode):
             self.get_logger().warning(
                 f"NO CHECKPOINT: model.preset '{settings.preset}' with RANDOM weights; poses "
                 "are NOT meaningful. Set the 'checkpoint' parameter for real estimates.")
-        scale = ScaleStream(settings.scale, log=self.get_logger())
+        rig = settings.node.rig  # a rig's scale: one per camera, in its RigIO
+        scale = None if rig.enabled else ScaleStream(settings.scale, log=self.get_logger())
         # the snapshot's scale estimate continues (or is refused: the configure fails)
         if resumed is not None and not self.snapshots.continue_scale(
                 resumed, scale, settings.resume_from):
@@ -164,12 +168,12 @@ class LingbotNode(LifecycleNode):
             return TransitionCallbackReturn.FAILURE
         self.settings, self.session, self.files = settings, session, files
         self.scale = scale
-        self.stream = StreamControl(session, self.telemetry, self.get_logger(), scale,
-                                    backend=self.backend.thread)
+        self.stream = None if rig.enabled else StreamControl(
+            session, self.telemetry, self.get_logger(), scale, backend=self.backend.thread)
         if resumed is not None:  # its map and path wait for activate; the back end goes on
             self.snapshots.resumed(resumed, settings.resume_from)
             self.stream.restore_backend(resumed)
-        info = session.info()
+        info = session.info()[rig.primary] if rig.enabled else session.info()
         self.telemetry.set_session_info(info)
         if not self.context.ok():  # SIGINT/SIGTERM arrived meanwhile: main() exits cleanly
             self._release()
@@ -202,8 +206,9 @@ class LingbotNode(LifecycleNode):
         except Exception as exc:  # noqa: BLE001 -- reported, then on_error cleans up
             self.get_logger().error(f"activate failed: {type(exc).__name__}: {exc}")
             return TransitionCallbackReturn.ERROR
-        self.get_logger().info(f"active: listening on {self.image_input.topic}; TF: "
-                               f"{tf_tree_mode(self.settings.node)}")
+        inputs = self.rig.inputs if self.rig is not None else [self.image_input]
+        self.get_logger().info(f"active: listening on {', '.join(i.topic for i in inputs)}; "
+                               f"TF: {tf_tree_mode(self.settings.node)}")
         return super().on_activate(state)
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -333,21 +338,25 @@ class LingbotNode(LifecycleNode):
         settings, session, files, scale = self.settings, self.session, self.files, self.scale
         if session is None:
             return None
+        if settings.node.rig.enabled:  # a rig: the primary camera's stream
+            session = session.stream(settings.node.rig.primary)
         return StreamView(session.trajectory, settings.node.map_frame, files,
                           scale.estimate if scale is not None else None)
 
     # -- services' side ----------------------------------------------------------------------
     def save_session(self, path):
         """~/save_session: the ``SnapshotJob`` writing it (ros/intake/stream_control.py)."""
+        self._no_rig()
         return self.stream.save(path)
 
     def load_session(self, path) -> tuple[bool, str, int]:
         """~/load_session: (success, message, frames)."""
+        self._no_rig()
         return self.snapshots.load(self.stream, path, self.outputs)
 
     def save_map(self, path):
         """Write ~/map_points as PLY: (points, their scale snapshot), or None without a map."""
-        outputs = self.outputs
+        outputs = self.rig if self.rig is not None else self.outputs
         return outputs.save_map(path) if outputs is not None else None
 
     def set_paused(self, paused: bool) -> str:
@@ -357,7 +366,8 @@ class LingbotNode(LifecycleNode):
             return "already paused" if paused else "not paused"
         self.paused = paused
         if paused:
-            dropped = self.worker.drop_queued() if self.worker is not None else 0
+            worker = self.worker if self.worker is not None else self.rig
+            dropped = worker.drop_queued() if worker is not None else 0
             self.telemetry.count("dropped_paused", dropped)
             if self.status is not None:
                 self.status.paused(Header(stamp=self.get_clock().now().to_msg()),
@@ -365,14 +375,25 @@ class LingbotNode(LifecycleNode):
             return f"paused: images are dropped until ~/pause false ({dropped} queued dropped)"
         return "resumed"
 
+    def _no_rig(self) -> None:
+        if self.stream is None and self.session is not None:
+            raise ValueError("session snapshots are not supported with a camera rig yet")
+
     def reset_stream(self) -> Optional[str]:
         """Clear session, queue and path (``StreamControl.reset``, active or not); waits for
         the frame in flight (if any). Returns what was done, or None when unconfigured."""
         t0 = time.monotonic()
-        stream = self.stream
-        if stream is None:
+        stream, rig, session = self.stream, self.rig, self.session
+        if rig is not None:  # every camera of the rig, the fused pose and the map
+            dropped = rig.reset()
+        elif stream is None and session is not None:  # a rig, inactive: its streams
+            for name in session.names:
+                session.reset(name)
+            dropped = 0
+        elif stream is None:
             return None
-        dropped = stream.reset()
+        else:
+            dropped = stream.reset()
         return (f"reset: caches and trajectory cleared, {dropped} queued frame(s) dropped "
                 f"in {(time.monotonic() - t0) * 1e3:.1f} ms")
 

@@ -5,20 +5,33 @@ node (publishers, subscriptions, timers, the worker thread), ``stop_io`` takes t
 One camera (``cameras.names`` empty): today's pieces, each kept on the node's attributes
 (``image_input``, ``worker``, ``outputs``, ``status``, ...). The node keeps its callbacks
 (``_on_image``, ``_on_camera_info``, ...) and its lifecycle; this module only wires.
+
+A camera rig: the node's TF tree and listener, its ``RigIO`` (``node.rig``: per camera its
+subscriptions, chain, outputs under ``~/<camera>/``, status and scale; the fused pose; the
+worker), the scale sources' inputs per camera (``rig_scale_inputs``), a ``~/<camera>/reset``
+(std_srvs/Trigger, as ~/reset) per camera, and ``Status`` (~/status, ~/cache_info,
+/diagnostics) over the primary camera's counters with the rig's check (``RigIO.check``:
+source, failovers, disagreement) in /diagnostics.
 """
 from __future__ import annotations
 
+import time
+
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CameraInfo
+from std_srvs.srv import Trigger
+
+from ..session import FrameIn
+from .intake.rig import RigIO
 
 from .intake.image_input import ImageInput
-from .intake.scale_inputs import scale_inputs
+from .intake.scale_inputs import rig_scale_inputs, scale_inputs
 from .intake.worker import FrameWorker
 from .outputs.frame_outputs import Outputs
 from .outputs.scale_topic import ScalePublisher
 from .params.node_config import scale_reads_tf
 from .status.node_facts import NodeFacts
-from .status.reports import Status
+from .status.reports import Status, StatusReads
 from .tf.listener import TfListener
 from .tf.robot_frames import RobotFrames
 from .tf.tree import TransformTree
@@ -29,6 +42,9 @@ __all__ = ["forget_io", "start_io", "stop_io"]
 def start_io(node) -> None:
     """Publishers, subscriptions, timers and the worker thread of ``node`` (activate)."""
     cfg = node.settings.node
+    if cfg.rig.enabled:
+        _start_rig(node)
+        return
     # Our own TF buffer (tf2_ros has no pip wheels): base -> camera, another odom.
     tree = None
     if (not cfg.camera_only or (cfg.publish_map_to_odom and not cfg.publish_odom_to_base)
@@ -60,6 +76,12 @@ def start_io(node) -> None:
 
 def stop_io(node) -> None:
     """Take down what ``start_io`` built (deactivate, error, shutdown); idempotent."""
+    for srv in node._rig_services:
+        node.destroy_service(srv)
+    node._rig_services = []
+    if node.rig is not None:  # its worker stops after its turn, then its entities go
+        node.rig.destroy()
+        node.rig = None
     if node.image_input is not None:
         node.image_input.destroy()
         node.image_input = None
@@ -92,4 +114,44 @@ def forget_io(node) -> None:
     node.image_input = node.worker = node.outputs = node.status = None
     node.scale_topic = None
     node._tf_listener = None
+    node.rig = None
+    node._rig_services = []
     node._subs = []
+
+
+def _start_rig(node) -> None:
+    settings = node.settings
+    cfg = settings.node
+    tree = TransformTree()  # base -> each camera
+    node._tf_listener = TfListener(node, tree)
+    rig = RigIO(node, settings, node.session, tree, log=node.get_logger(),
+                alive=node.context.ok, make_frame=FrameIn, paused=lambda: node.paused)
+    node.rig = rig
+    primary = rig.unit(cfg.rig.primary)
+    node.status = Status(node, cfg, StatusReads(
+        telemetry=primary.telemetry, device=settings.session.device,
+        paused=lambda: node.paused, map_info=rig.map.info if rig.map is not None else dict,
+        gc=node.gc_pauses.describe, rig=rig.check))
+    node._subs = rig_scale_inputs(node, rig)
+    node._rig_services = [node.create_service(Trigger, f"~/{u.name}/reset",
+                                              _camera_reset(node, rig, u.name))
+                          for u in rig.units]
+    rig.start()
+
+
+def _camera_reset(node, rig: RigIO, camera: str):
+    """~/<camera>/reset: that camera's stream, slot, outputs and scale (the others go on);
+    a reset primary hands the fused pose to the next tracking camera at once."""
+    def reset(request, response):
+        t0 = time.monotonic()
+        try:
+            dropped = rig.reset(camera)
+        except Exception as exc:  # noqa: BLE001 -- answered, the node stays up
+            response.success, response.message = False, f"failed: {type(exc).__name__}: {exc}"
+            return response
+        response.success = True
+        response.message = (f"{camera} reset: its caches and trajectory cleared, {dropped} "
+                            f"queued frame(s) dropped in {(time.monotonic() - t0) * 1e3:.1f} ms")
+        node.get_logger().info(f"~/{camera}/reset: {response.message}")
+        return response
+    return reset
