@@ -16,14 +16,14 @@ export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
 export ROS_DOMAIN_ID ?= $(shell python3 -c 'import random; print(random.randint(1, 100))')
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: demo demo-offline test soak venv ros bench-cache clean
+.PHONY: demo demo-offline test soak venv ros browser bench-cache clean
 
 venv: $(STAMP) ros
 
 $(STAMP): setup.py setup.cfg package.xml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[test,fleet]"
+	$(PY) -m pip install -q -e ".[test,fleet,view]"
 	$(PY) -m pip install -q --no-deps "$(GTSAM_SPEC)"
 	touch $@
 
@@ -43,8 +43,13 @@ demo: venv
 demo-offline: venv
 	$(PY) -m lingbot_ros.tools.offline.demo
 
+# Chromium from the distribution's packages, for the viewer's browser test (idempotent: a
+# no-op when one is installed; under CI a Chromium it cannot install fails the run).
+browser:
+	bash scripts/setup_browser.sh
+
 # pytest exits 5 when it collects nothing (e.g. a -k filter that matches no test): say so.
-test: venv
+test: venv browser
 	@rc=0; $(PY) -m pytest $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests"; exit 1; fi; exit $$rc
 

@@ -37,6 +37,8 @@ setup(
         "gpu": ["flashinfer-python>=0.6"],
         # lingbot-ros-eval --ray: work units on a Ray cluster (tested with 2.60)
         "fleet": ["ray>=2.60,<3"],
+        # lingbot-ros-view and lingbot-ros-offline --view: the browser viewer (docs/viewer.md)
+        "view": ["viser>=1.1,<2"],
     },
     zip_safe=True,
     entry_points={
@@ -47,6 +49,7 @@ setup(
             "lingbot-ros-bench-cache = lingbot_ros.tools.bench.cache_cost:main",
             "lingbot-ros-parity = lingbot_ros.tools.parity:main",
             "lingbot-ros-offline = lingbot_ros.tools.offline.cli:main",
+            "lingbot-ros-view = lingbot_ros.clients.view:main",
             "lingbot-ros-eval = lingbot_ros.tools.eval.table:main",
             "lingbot-ros-replay = lingbot_ros.tools.replay.cli:main",
             "lingbot-ros-convert-checkpoint = lingbot_ros.tools.convert_checkpoint:main",

@@ -41,6 +41,9 @@ OPTIONAL = {
     "gtsam": "the loop-closure pose graph (loop.enable); pip install --no-deps gtsam==4.3.0, "
              "commented in requirements.txt (its metadata asks for pytest>=9)",
     "ray": "lingbot-ros-eval --ray (tools/eval/fleet/cluster.py); setup.py's fleet extra",
+    "viser": "lingbot-ros-view, lingbot-ros-offline --view (tools/view/server.py); setup.py's "
+             "view extra, commented in requirements.txt",
+    "websockets": "the viewer's browser driver (tools/view/browser.py); comes with viser",
 }
 # Our modules that import an OPTIONAL module at their top: they must themselves be imported
 # lazily (inside functions, or under try/except ImportError) wherever they are imported.

@@ -24,9 +24,12 @@ several streams share (``camera_pool.py``); capacity then grows with the pool's 
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from ..config import check_positive_int, is_positive_int
+
 from .camera_pool import SharedCameraPool
 from .errors import CacheError, TransactionError
 
@@ -57,6 +60,8 @@ class CameraKVCache:
             dims = dict(num_iterations=num_iterations, num_layers=num_layers,
                         num_heads=num_heads, head_dim=head_dim)
             self._slot = shared.add_stream(dims, self.device, dtype)
+            # a dropped cache (a replaced runner: a restore, a new size) gives its block back
+            weakref.finalize(self, shared.release_stream, self._slot)
         self._txn: CameraCacheTxn | None = None
 
     @property

@@ -30,7 +30,8 @@ class SharedCameraPool:
         self.dtype = dtype
         self.chunk_frames = chunk_frames
         self.capacity = chunk_frames  # frames per stream
-        self.num_streams = 0
+        self.num_streams = 0  # blocks in the tensor (released ones included)
+        self._free: list[int] = []  # released blocks, reused by the next stream first
         self.data = self._allocate(0, self.capacity)
 
     @property
@@ -47,9 +48,25 @@ class SharedCameraPool:
         if (torch.device(device), dtype) != (self.device, self.dtype):
             raise ValueError(f"a camera cache of {dtype} on {device} cannot share a pool of "
                              f"{self.dtype} on {self.device}")
+        if self._free:  # a released block: zeroed, as a new one
+            slot = self._free.pop(0)
+            self.block(slot).zero_()
+            return slot
         self._reallocate(self.num_streams + 1, self.capacity)
         self.num_streams += 1
         return self.num_streams - 1
+
+    @property
+    def num_live(self) -> int:
+        """Blocks owned by a stream (not released)."""
+        return self.num_streams - len(self._free)
+
+    def release_stream(self, slot: int) -> None:
+        """Stream ``slot``'s cache is gone: its block goes to the next ``add_stream`` (the
+        tensor keeps its size). Called when a stream's ``CameraKVCache`` is dropped."""
+        if not 0 <= slot < self.num_streams or slot in self._free:
+            raise ValueError(f"camera pool block {slot} is not in use")
+        self._free.append(slot)
 
     def block(self, slot: int) -> torch.Tensor:
         """(iterations, layers, 2, capacity, heads, head_dim) view of stream ``slot``'s rows."""

@@ -14,6 +14,7 @@ plan into tensors once per step. Nothing here runs per layer except ``FrameTxn.w
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -48,6 +49,8 @@ class PagedKVCache:
         else:
             self.table = shared.table_for(config)
             self.storage = shared.storage
+            # a dropped cache (a replaced runner: a restore, a new size) gives its ids back
+            weakref.finalize(self, shared.discard, self.table)
         self._offsets = torch.arange(config.page_size)  # patch-slot offsets within a page
 
     @property

@@ -66,6 +66,12 @@ class SharedKVPool:
         table.reset()
         self.ledger.give_back(table.page_ids())
 
+    def discard(self, table: PageTable) -> None:
+        """``release``, unless ``table`` was released already (a dropped stream's cache
+        calls it; an explicit ``release`` may have come first)."""
+        if any(t is table for t in self._tables):
+            self.release(table)
+
     def info(self) -> dict:
         return {"streams": len(self._tables), "pages_total": self.ledger.num_total,
                 "pages_free": self.ledger.num_free, "bytes_reserved": self.storage.nbytes,

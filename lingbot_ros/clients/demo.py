@@ -139,6 +139,8 @@ def main(argv=None) -> int:
             after = probe.cache_info()
         _summary(args, bag, status, probe.num_poses, wall, info, saved, saved_map, reset,
                  after, replay.returncode, scale)
+        from ..tools.view.cli import view_command
+        print(f"\nsee it in 3D             {view_command(out)}  (docs/viewer.md)")
     finally:
         node.send_signal(signal.SIGINT)
         try:

@@ -94,8 +94,10 @@ class Aggregator(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.camera_token.dtype
 
-    def special_tokens(self, first_frame: int, num_frames: int, num_scale_frames: int) -> Tensor:
-        """Camera, register and scale tokens of frames ``first_frame ..``.
+    def special_tokens(self, first_frame: int, num_frames: int, num_scale_frames: int,
+                       frame_indices: Optional[tuple[int, ...]] = None) -> Tensor:
+        """Camera, register and scale tokens of frames ``first_frame ..``, or of the frames
+        whose time indices are ``frame_indices`` (one per frame: a batched step's streams).
 
         Camera and register tokens use variant 0 only for frame 0; the scale token uses
         variant 0 for the first ``num_scale_frames`` frames (at least frame 0).
@@ -103,6 +105,16 @@ class Aggregator(nn.Module):
         Returns:
             (n, num_special, C).
         """
+        if frame_indices is not None:  # the variants on the host: views, no upload
+            if len(frame_indices) != num_frames:
+                raise ValueError(f"frame_indices has {len(frame_indices)} entries for "
+                                 f"{num_frames} frames")
+            rows = []
+            for f in frame_indices:
+                other, scale = int(f != 0), int(f >= max(1, num_scale_frames))
+                rows.append(torch.cat([self.camera_token[0, other], self.register_token[0, other],
+                                       self.scale_token[0, scale]]))  # (S, C)
+            return torch.stack(rows)  # (n, S, C)
         f = torch.arange(first_frame, first_frame + num_frames, device=self.camera_token.device)
         first = (f == 0).long()  # 1 -> variant 0
         scale = (f < max(1, num_scale_frames)).long()
@@ -116,8 +128,9 @@ class Aggregator(nn.Module):
 
         Args:
             images: (n, 3, H, W) RGB in [0, 1].
-            step: the step's context (``StepContext``): ``first_frame`` only picks the
-                special-token variants here (the rotation comes in ``rope``); ``kv_writer``
+            step: the step's context (``StepContext``): ``first_frame`` (or
+                ``frame_indices``) only picks the special-token variants here (the
+                rotation comes in ``rope``); ``kv_writer``
                 receives each global layer's K/V; ``backend`` attends over the cache
                 storage; ``fused``: fused kernels where they apply.
         Returns:
@@ -141,7 +154,8 @@ class Aggregator(nn.Module):
                 patches = yield from self.patch_embed.forward_slices(normed, fused)
             else:
                 patches = self.patch_embed(normed, fused)  # (n, h*w, C)
-        specials = self.special_tokens(step.first_frame, n, step.num_scale_frames)  # (n, S, C)
+        specials = self.special_tokens(step.first_frame, n, step.num_scale_frames,
+                                       step.frame_indices)  # (n, S, C)
         x = torch.cat([specials, patches], dim=1)  # (n, T, C)
         tokens = x.shape[1]
 
@@ -170,10 +184,18 @@ class Aggregator(nn.Module):
             yield
         return AggregatorOutputs(selected, patches)
 
-    def video_rope(self, first_frame: int, num_frames: int,
-                   grid_hw: tuple[int, int]) -> VideoRope:
-        """3D rotation of a step of ``num_frames`` frames from time index ``first_frame``."""
+    def video_rope(self, first_frame: int, num_frames: int, grid_hw: tuple[int, int],
+                   frame_indices: Optional[tuple[int, ...]] = None) -> VideoRope:
+        """3D rotation of a step of ``num_frames`` frames from time index ``first_frame``, or
+        of frames at the time indices ``frame_indices`` (a batched step's streams)."""
         c = self.config
-        return VideoRope.for_frames(first_frame, num_frames, grid_hw, c.num_special_tokens,
-                                    c.video_rope_dims, c.video_rope_theta,
-                                    self.camera_token.device)
+        device = self.camera_token.device
+        if frame_indices is None:
+            return VideoRope.for_frames(first_frame, num_frames, grid_hw, c.num_special_tokens,
+                                        c.video_rope_dims, c.video_rope_theta, device)
+        if len(frame_indices) != num_frames or min(frame_indices) < 0:
+            raise ValueError(f"frame_indices must be {num_frames} time indices >= 0, got "
+                             f"{tuple(frame_indices)}")
+        t_pos = torch.tensor(frame_indices, dtype=torch.int64, device=device)  # (F,)
+        return VideoRope.for_time_indices(t_pos, grid_hw, c.num_special_tokens,
+                                          c.video_rope_dims, c.video_rope_theta)

@@ -172,8 +172,9 @@ def attend(q: Tensor, k: Tensor, v: Tensor, key_mask: Optional[Tensor] = None) -
 
     Args:
         q: (Nq, heads, d); k, v: (Nk, heads, d).
-        key_mask: optional (Nk,) bool, True for keys to attend to (a fixed-size buffer whose
-            tail is not in use yet).
+        key_mask: optional bool, True for keys to attend to: (Nk,) for every query (a
+            fixed-size buffer whose tail is not in use yet), or (Nq, Nk) per query (a
+            batched step's block mask: each stream's query sees its own stream's keys).
     Returns:
         (Nq, heads * d).
     """

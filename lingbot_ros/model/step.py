@@ -42,6 +42,10 @@ class StepContext:
     ``rope``, K/V go to ``kv_writer``, the camera cache is reached through ``camera``, and
     ``first_frame`` only picks the special-token variants (identical for every streaming
     frame), which is what lets a CUDA graph capture the forward once.
+
+    ``frame_indices``: the time index of each of the step's frames when they are not
+    ``first_frame ..`` of one stream: a batched step of B streams x 1 frame
+    (``session.batch_step``) gives each stream's own index; None: ``first_frame + i``.
     """
 
     first_frame: int  # time index of the step's first frame (committed frames before it)
@@ -53,6 +57,7 @@ class StepContext:
     fused: FusedKernels = UNFUSED  # the stream's fused kernels
     with_depth: bool = True  # run the depth head (when the model has one)
     with_points: bool = True  # run the point head (when the model has one)
+    frame_indices: Optional[tuple[int, ...]] = None  # per frame; None: first_frame + i
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ keyframe policies, Sim(3) segment alignment, the stream's trajectory. No rclpy, 
 messages. Front ends (``ros/``, ``tools/``) import the session from here only; poses, files
 and points come from :mod:`lingbot_ros.geometry`."""
 from ..cache import StepKind
+from .batch_step import BatchRunner, SharedStreams, check_batchable
 from .factory import PRESETS, load_session_model, open_session, warm_up
 from .fingerprint import FRAMES as FINGERPRINT_FRAMES
 from .fingerprint import fingerprint_key, frame_digest
@@ -33,4 +34,5 @@ __all__ = ["StepKind", "PRESETS", "load_session_model", "open_session", "warm_up
            "frame_digest", "fingerprint_key", "SessionInfo", "StreamInfo", "KVCacheInfo",
            "CameraCacheInfo", "LatencySummary", "SessionSnapshots", "BenchTiming",
            "WeightsIdentity", "SnapshotPart", "PARTS", "SCALE", "VOXEL_MAP", "PATH_RECORDS",
-           "LOOP_BACKEND", "front_end_state", "saved_part"]
+           "LOOP_BACKEND", "front_end_state", "saved_part", "BatchRunner", "SharedStreams",
+           "check_batchable"]

@@ -18,9 +18,12 @@ one call of the tick's step runner (``steps``); each stream then takes its step 
 (``_launched``: read-back, plan-ahead, a sliced rollover's slices) and reports the step it
 closed. A stream absent from a tick is untouched (its step in flight stays open).
 
-The step runner is ``SequentialSteps`` (each stream's own ``StreamRunner`` in turn) until the
-batched one (``batch_step.BatchRunner``: one forward over all the streams' frames) is wired
-in ``MultiStreamSession.__init__``; both take ``run(images, runners, txns, with_depth)``.
+The streams share one engine per model input size (one in a rig): ``SharedStreams`` (one KV
+page pool, one camera-head pool; a stream's runner draws its page table and camera block from
+them, ``StreamRunners``) and one ``BatchRunner`` (one forward over every stream's frame, one
+attention request per stream, CUDA graphs per batch size): ``BatchedSteps``.
+``SequentialSteps`` (each stream's own runner in turn) takes the same
+``run(images, runners, txns, with_depth)``; the tests hold both to a stream run alone.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ import torch
 
 from ..config import SessionConfig
 from ..model import StepOutputs
+from .batch_step import BatchRunner, SharedStreams, check_batchable
 from .flight import Opened, Staged
 from .graph_step import GraphCaptureError
 from .info import SessionInfo
@@ -43,13 +47,10 @@ from .stream_runner import StreamRunner
 from .types import FrameRejected
 from .weights import WeightsIdentity
 
-__all__ = ["FrameIn", "MultiStreamSession", "SequentialSteps", "STREAM_NAME_RE",
-           "BATCH_FIELDS"]
+__all__ = ["FrameIn", "MultiStreamSession", "SequentialSteps", "BatchedSteps", "StreamRunners",
+           "STREAM_NAME_RE"]
 
 STREAM_NAME_RE = re.compile(r"[a-z0-9_]+")
-#: settings that fix a stream's cache shape or kernels: equal in every stream of one engine
-BATCH_FIELDS = ("device", "preprocess", "attention_backend", "flashinfer_variant", "kv_splits",
-                "fused_kernels", "fused_kernels_off", "cuda_graphs")
 
 
 @dataclass(frozen=True)
@@ -79,9 +80,53 @@ class SequentialSteps:
             raise
 
 
+class StreamRunners:
+    """What makes the rig's streams' runners (``StreamingSession._runner_factory``, also on
+    a restore): ``StreamRunner``'s signature, each runner drawing its page table and camera
+    block from the engine's ``SharedStreams`` of its model input size (made on first use).
+    A replaced runner's pages and block go back to the pools when it is dropped. Holds no
+    stream (no reference cycle)."""
+
+    def __init__(self, model, config: SessionConfig) -> None:
+        self.model = model
+        self.config = config  # the engine's: the fields every stream shares (check_batchable)
+        self.shared: dict[tuple[int, int], SharedStreams] = {}  # by model input size
+        self.made = 0  # runners made (a first frame, a new size, a restore)
+
+    def shared_for(self, image_hw: tuple[int, int]) -> SharedStreams:
+        hw = tuple(image_hw)
+        if hw not in self.shared:
+            self.shared[hw] = SharedStreams(self.model, self.config, hw)
+        return self.shared[hw]
+
+    def __call__(self, model, config: SessionConfig, image_hw: tuple[int, int],
+                 laps=None) -> StreamRunner:
+        self.made += 1
+        return StreamRunner(model, config, image_hw, laps=laps,
+                            shared=self.shared_for(image_hw))
+
+
+class BatchedSteps:
+    """The tick's step runner: one ``BatchRunner`` per model input size (its engine's
+    ``SharedStreams``), so the streams' frames of a tick run as one forward."""
+
+    def __init__(self, runners: StreamRunners) -> None:
+        self._runners = runners
+        self.batch: dict[tuple[int, int], BatchRunner] = {}
+
+    def run(self, images: torch.Tensor, runners: Sequence[StreamRunner],
+            txns: Sequence[StepTxn], *, with_depth: bool = True) -> list[StepOutputs]:
+        hw = (int(images.shape[-2]), int(images.shape[-1]))
+        if hw not in self.batch:
+            factory = self._runners
+            self.batch[hw] = BatchRunner(factory.model, factory.config, hw,
+                                         factory.shared_for(hw))
+        return self.batch[hw].run(images, runners, txns, with_depth=with_depth)
+
+
 def check_streams(configs: Mapping[str, SessionConfig]) -> None:
     """ValueError unless ``configs`` names at least one stream, each ``[a-z0-9_]+`` with a
-    ``SessionConfig``, all equal in ``BATCH_FIELDS``."""
+    ``SessionConfig``, and the streams can share one engine (``check_batchable``)."""
     if not isinstance(configs, Mapping) or not configs:
         raise ValueError("configs must map at least one stream name to its SessionConfig")
     for name, config in configs.items():
@@ -89,14 +134,7 @@ def check_streams(configs: Mapping[str, SessionConfig]) -> None:
             raise ValueError(f"stream name {name!r}: use lower-case letters, digits and _")
         if not isinstance(config, SessionConfig):
             raise ValueError(f"stream {name!r}: its config must be a SessionConfig")
-    first, *others = configs.items()
-    for name, config in others:
-        for field in BATCH_FIELDS:
-            if getattr(config, field) != getattr(first[1], field):
-                raise ValueError(
-                    f"streams {first[0]!r} and {name!r} differ in {field} "
-                    f"({getattr(first[1], field)!r} vs {getattr(config, field)!r}): the "
-                    "streams of one engine share its cache shape and kernels")
+    check_batchable(configs)
 
 
 class MultiStreamSession:
@@ -104,14 +142,17 @@ class MultiStreamSession:
                  weights: Optional[WeightsIdentity] = None) -> None:
         """``model``: a ``GCTModel`` already ``prepare``d on the streams' device, shared by
         every stream; ``configs``: each stream's ``SessionConfig`` by name (``[a-z0-9_]+``;
-        keyframes, rollover, window, stamp policy may differ; ``BATCH_FIELDS`` may not)."""
+        keyframes, rollover, window, stamp policy may differ; ``check_batchable``'s may not)."""
         check_streams(configs)
         self.model = model
         self.weights = weights if weights is not None else WeightsIdentity(model)
         self.names: tuple[str, ...] = tuple(configs)
+        self.runners = StreamRunners(model, next(iter(configs.values())))
         self._streams = {name: StreamingSession(model, config, self.weights)
                          for name, config in configs.items()}
-        self.steps = SequentialSteps()  # the tick's step runner (BatchRunner: see the doc)
+        for session in self._streams.values():
+            session._runner_factory = self.runners
+        self.steps = BatchedSteps(self.runners)  # the tick's step runner
         self.ticks = 0
 
     def stream(self, name: str) -> StreamingSession:
@@ -130,7 +171,8 @@ class MultiStreamSession:
         of ``steps``; a scale phase, a blocking rollover or a restart runs alone.
 
         Any other exception of a stream (a full cache, a failed step) is raised once the
-        tick is over for every stream, naming the stream (``add_note``); a failed call of
+        tick is over for every stream (the first, if several), naming the stream
+        (``add_note``; the others' frames of the tick went on as usual); a failed call of
         ``steps`` fails the frame of each stream in it (each step rolled back once)."""
         for name, frame in frames.items():
             self.stream(name)  # ValueError for an unknown name, before anything changes
@@ -183,6 +225,18 @@ class MultiStreamSession:
     def info(self) -> dict[str, SessionInfo]:
         """Each stream's ``SessionInfo``, by name."""
         return {name: s.info() for name, s in self._streams.items()}
+
+    def pool_info(self) -> dict[tuple[int, int], dict]:
+        """The engine's shared pools by model input size (``SharedStreams.info``: the KV
+        pool's pages and bytes, the camera-head pool's), and its batched steps'
+        (``BatchRunner.info``: steps and graph captures per batch size)."""
+        out = {}
+        batch = getattr(self.steps, "batch", {})  # (a test may put another step runner)
+        for hw, shared in self.runners.shared.items():
+            out[hw] = dict(shared.info())
+            if hw in batch:
+                out[hw]["batch"] = batch[hw].info()
+        return out
 
     # -- the tick's steps ------------------------------------------------------------------
     def _run_steps(self, opened: dict[str, Opened], errors: list) -> None:

@@ -92,6 +92,7 @@ class StreamingSession:
         self._segments = Segments(config)  # world alignment, rollovers, next anchors
         self._next = NextSegment(model, config)  # a sliced rollover's anchor step, building
         self._runner: Optional[StreamRunner] = None  # caches, graphs: sized on a first frame
+        self._runner_factory = StreamRunner  # its signature; a rig's draws from shared pools
         self._model_hw: Optional[tuple[int, int]] = None
         self._anchors: list[Frame] = []  # frames waiting for the scale phase
         self._flight: Optional[Flight] = None  # the step on the GPU (``_take_flight``)
@@ -328,7 +329,7 @@ class StreamingSession:
     def _allocate(self, hw: tuple[int, int]) -> None:
         self._next.drop()
         self._runner = None  # free the old size's GPU memory before allocating the new one
-        self._runner = StreamRunner(self.model, self.config, hw, laps=self._laps)
+        self._runner = self._runner_factory(self.model, self.config, hw, laps=self._laps)
         self._model_hw = hw
 
     # -- the two phases --------------------------------------------------------------------

@@ -34,6 +34,7 @@ from .snapshot_codec import (SnapshotData, SnapshotError, check_compatible, read
 from .snapshot_parts import (RUNNER, LoadContext, Part, SnapshotPart, check_stream_state,
                              stream_parts)
 from .stats import HostLaps
+from .stream_runner import StreamRunner
 
 __all__ = ["session_state", "load_part", "LoadedState", "load_session_state", "SessionSnapshots",
            "restore_snapshot"]
@@ -102,8 +103,8 @@ class LoadedState:
     events: list[SessionEvent]
 
 
-def load_session_state(state: dict, model, config: SessionConfig,
-                       laps: HostLaps) -> LoadedState:
+def load_session_state(state: dict, model, config: SessionConfig, laps: HostLaps,
+                       make_runner: Callable[..., StreamRunner] = StreamRunner) -> LoadedState:
     """Fresh owners holding ``state`` (``session_state``'s tree, of a session of the same
     model and configuration; the runner's pages come from a fresh pool and record into
     ``laps``). Raises on a state that does not load (``SnapshotError`` among others)."""
@@ -119,7 +120,8 @@ def load_session_state(state: dict, model, config: SessionConfig,
                      CropInfo(*(tuple(int(x) for x in a["crop"][k]) for k in _CROP_FIELDS)),
                      int(a["index"]), int(a["ticket"]), now) for a in state["anchors"]]
     events = [SessionEvent(e["kind"], e["message"]) for e in state["events"]]
-    ctx = LoadContext(model=model, config=config, model_hw=hw, device=dev, laps=laps)
+    ctx = LoadContext(model=model, config=config, model_hw=hw, device=dev, laps=laps,
+                      make_runner=make_runner)
     parts = {p.key: load_part(p, state, ctx) for p in stream_parts()}
     return LoadedState(
         model_hw=hw, parts=parts, trajectory=trajectory, anchors=anchors,
@@ -173,7 +175,8 @@ class SessionSnapshots:
         only then is the current stream replaced (on any error it is untouched). A frame in
         flight and outcomes not collected are dropped."""
         s = self._s
-        loaded = load_session_state(state, s.model, s.config, s.timing.laps)
+        loaded = load_session_state(state, s.model, s.config, s.timing.laps,
+                                    s._runner_factory)
         # -- swap (nothing below can fail) --
         if s._take_flight() is not None:  # the frame in flight, a rollover being built and
             s._readback.discard()         # outcomes not collected are dropped

@@ -67,12 +67,14 @@ class SnapshotPart(Protocol):
 class LoadContext:
     """What a restore builds a stream's fresh owners with (``Part.build``): the session's
     model and configuration, the saved stream's model input size (None: it had no frame),
-    the device (``config.device``) and the session's host laps (its runner records there)."""
+    the device (``config.device``), the session's host laps (its runner records there) and
+    what makes its runner (``StreamRunner``'s signature; a rig's draws from shared pools)."""
     model: Any
     config: SessionConfig
     model_hw: Optional[tuple[int, int]]
     device: torch.device
     laps: HostLaps
+    make_runner: Callable[..., StreamRunner] = StreamRunner
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,7 @@ class Part:
 def _runner(ctx: LoadContext) -> StreamRunner:
     if ctx.model_hw is None:
         raise SnapshotError("the state has caches but no model input size")
-    return StreamRunner(ctx.model, ctx.config, ctx.model_hw, laps=ctx.laps)
+    return ctx.make_runner(ctx.model, ctx.config, ctx.model_hw, laps=ctx.laps)
 
 
 # The stream parts in the order of the stream's state tree (a manifest's bytes keep it).

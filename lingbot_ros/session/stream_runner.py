@@ -25,7 +25,7 @@ outputs) attends to the un-evicted window and evicts only if committed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 
@@ -36,6 +36,9 @@ from ..model import FusedKernels, Slices, StepContext, StepOutputs
 from .graph_step import GraphCaptureError, GraphedStep
 from .stats import HostLaps
 from .step_txn import StepTxn
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .batch_step import SharedStreams
 
 _CACHE_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
@@ -63,6 +66,13 @@ def fast_path_of(model, config: SessionConfig) -> tuple[str, str]:
     return backend, "cuda_graph"
 
 
+def cache_config_of(model, config: SessionConfig, image_hw: tuple[int, int]):
+    """The paged-cache config of a stream of ``model`` with ``config`` at ``image_hw``."""
+    return model.config.cache_config(image_hw, config.num_scale_frames, config.window,
+                                     dtype=_CACHE_DTYPES.get(model.kv_dtype, "float32"),
+                                     device=config.device, **config.cache_extra())
+
+
 def check_runnable(model, config: SessionConfig) -> None:
     """Raise, before anything is allocated, unless a stream of ``model`` can run ``config``:
     the attention backend on its device and dtype, and the fused-kernel setting."""
@@ -74,10 +84,17 @@ def check_runnable(model, config: SessionConfig) -> None:
 
 class StreamRunner:
     def __init__(self, model, config: SessionConfig, image_hw: tuple[int, int],
-                 laps: Optional[HostLaps] = None) -> None:
+                 laps: Optional[HostLaps] = None,
+                 shared: Optional["SharedStreams"] = None) -> None:
         """Allocate the stream's caches for model inputs of ``image_hw`` (H, W).
 
         ``laps``: the stream's host-time laps (``StreamingSession.time_host``).
+
+        ``shared``: the engine's pools (``batch_step.SharedStreams``) that this stream's
+        KV pages and camera-cache rows are drawn from, beside other streams; its steps
+        batched with theirs run in the engine's ``BatchRunner``, which owns the CUDA
+        graphs: such a runner has none of its own (a step it runs alone is eager).
+        Everything else is as without ``shared``.
 
         ``model``: a ``GCTModel`` already ``prepare``d on ``config.device``. Raises
         ValueError / RuntimeError for a size or a setting this model and device cannot run
@@ -93,13 +110,17 @@ class StreamRunner:
         self.fused_kernels = model.resolve_fused_kernels(config.fused_kernels)
         self.fused = FusedKernels.select(self.fused_kernels, config.fused_kernels_off)
         backend_name, self._fast_path = fast_path_of(model, config)
-        cache_cfg = mcfg.cache_config(self.image_hw, config.num_scale_frames, config.window,
-                                      dtype=_CACHE_DTYPES.get(model.kv_dtype, "float32"),
-                                      device=config.device, **config.cache_extra())
-        self.kv_cache = PagedKVCache(cache_cfg)
+        cache_cfg = cache_config_of(model, config, self.image_hw)
+        self.shared = shared
+        if shared is not None:
+            shared.check_stream(model, config, self.image_hw)
+            if self._fast_path == "cuda_graph":
+                self._fast_path = "cuda_graph (batched steps; alone eager)"
+        self.kv_cache = PagedKVCache(cache_cfg, shared=None if shared is None else shared.kv_pool)
         self.camera_cache = CameraKVCache(**mcfg.camera_cache_dims(), device=config.device,
                                           dtype=model.camera_head.dtype,
-                                          chunk_frames=config.camera_chunk_frames())
+                                          chunk_frames=config.camera_chunk_frames(),
+                                          shared=None if shared is None else shared.camera_pool)
         self.backend = make_backend(backend_name, self.kv_cache.storage,
                                     variant=config.flashinfer_variant, kv_splits=config.kv_splits,
                                     fused_merge=self.fused.split_merge)

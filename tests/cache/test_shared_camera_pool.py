@@ -6,6 +6,7 @@ does changes another stream's rows.
 """
 from __future__ import annotations
 
+import gc
 import random
 
 import pytest
@@ -87,6 +88,24 @@ def test_each_stream_owns_one_block_of_the_pool():
     assert torch.equal(pool.data[:, :, :, 2:3], caches[1].data[:, :, :, :1])
     assert not pool.data[:, :, :, :2].any()  # stream 0 untouched
     assert caches[1].nbytes * 2 == pool.nbytes and caches[1].slot == 1
+
+
+def test_a_dropped_cache_gives_its_block_to_the_next_stream():
+    pool = SharedCameraPool(**DIMS, chunk_frames=2)
+    keep, dropped = CameraKVCache(**DIMS, shared=pool), CameraKVCache(**DIMS, shared=pool)
+    for cache, uid in ((keep, 1), (dropped, 2)):
+        txn = cache.begin(1)
+        write_all(txn, uid)
+        txn.commit()
+    before = committed(keep)
+    del dropped, txn, cache
+    gc.collect()
+    assert pool.num_live == 1 and pool.num_streams == 2
+    again = CameraKVCache(**DIMS, shared=pool)  # the freed block, zeroed; no new one
+    assert again.slot == 1 and pool.num_streams == 2 and pool.num_live == 2
+    assert not again.data.any() and same(committed(keep), before)
+    with pytest.raises(ValueError, match="not in use"):
+        pool.release_stream(5)
 
 
 def test_a_cache_of_other_dimensions_is_refused():

@@ -3,6 +3,7 @@ same frames (poses and depth to 1e-5, keyframe decisions, tickets and cache coun
 per keyframe policy, with mixed policies, a late stream, and one stream reset, rolled over
 (blocking, sliced), restored or rejecting frames mid-run; names and settings are checked."""
 import dataclasses
+import gc
 
 import numpy as np
 import pytest
@@ -88,6 +89,9 @@ def assert_same(rig, got, want, alone):
                 np.testing.assert_allclose(a.depth, b.depth, rtol=1e-5, atol=1e-5)
         ia, ib = rig.info()[name].as_dict(), alone[name].info().as_dict()
         ia.pop("latency_ms"), ib.pop("latency_ms")
+        for info in (ia, ib):  # the rig's camera blocks are sized by the shared pool
+            for key in ("capacity_frames", "bytes_reserved"):
+                info["camera_cache"].pop(key)
         assert ia == ib, name
         assert [(r.segment, r.frame_index) for r in rig.stream(name).rollovers] == \
             [(r.segment, r.frame_index) for r in alone[name].rollovers], name
@@ -99,6 +103,8 @@ def test_each_stream_equals_its_own_session_per_policy(policy):
     got, want, alone, _ = drive(rig, schedule(rig.names, 11, seed=3))
     assert_same(rig, got, want, alone)
     assert rig.info()["front"].rollovers >= 1
+    (batch,) = rig.steps.batch.values()  # one engine: the streams' frames ran as one step
+    assert batch.info()["steps"].get(2, 0) >= 5
     if policy != "all":
         assert any(not r.keyframe for r in got["front"] + got["rear"])
 
@@ -160,6 +166,12 @@ def test_a_snapshot_restored_into_one_stream_mid_run():
     assert_same(rig, got, want, alone)
     # frames 6..10 of stream a were forgotten: it went on from frame 6's state
     assert [r.index for r in got["a"]][-5:] == [6, 7, 8, 9, 10]
+    assert rig.runners.made == 3  # a's and b's first frames, a's restore: the rig's runners
+    # the replaced runner's page table and camera block went back to the shared pools
+    gc.collect()
+    (shared,) = rig.runners.shared.values()
+    assert shared.kv_pool.info()["streams"] == 2 and shared.camera_pool.num_live == 2
+    shared.kv_pool.check_invariants()
 
 
 def test_rejected_frames_are_counted_by_their_own_stream():
@@ -225,8 +237,8 @@ def test_a_failed_step_call_rolls_every_stream_back_once_and_the_streams_go_on()
     ({"Front": SessionConfig()}, "lower-case"),
     ({"front-left": SessionConfig()}, "lower-case"),
     ({"a": "cpu"}, "must be a SessionConfig"),
-    ({"a": SessionConfig(), "b": SessionConfig(kv_splits=2)}, "differ in kv_splits"),
-    ({"a": SessionConfig(), "b": SessionConfig(preprocess=SIZE_42x56)}, "differ in preprocess"),
+    ({"a": SessionConfig(), "b": SessionConfig(kv_splits=2)}, "kv_splits is 4 and 2"),
+    ({"a": SessionConfig(), "b": SessionConfig(preprocess=SIZE_42x56)}, "preprocess.width is"),
 ])
 def test_names_and_shared_settings_are_checked(configs, match):
     with pytest.raises(ValueError, match=match):

@@ -27,6 +27,8 @@ and per model stage (for a graphed configuration, from the same step launched ea
 ``scale_estimator`` (``--scale-bench-frames``, default 500, 0 to skip): the metric-scale
 estimator's CPU microseconds per frame at 518x378 (each source: depth, camera_height,
 odometry, sample + update; scale_cost.py).
+``--streams 1,2,4``: N camera streams in one engine (one pool, one batched step) beside N
+separate sessions, per N (streams_cost.py); run alone.
 Prints a table and writes JSON.
 """
 from __future__ import annotations
@@ -185,6 +187,24 @@ def run_config(name: str, args, device: str, frames: int) -> dict:
     return result
 
 
+def _streams(p: argparse.ArgumentParser, args) -> int:
+    """``--streams``: the batched engine beside separate sessions, per stream count."""
+    from .streams_cost import parse_counts, run_streams, streams_line
+    try:
+        counts = parse_counts(args.streams)
+    except ValueError as exc:
+        p.error(str(exc))
+    cuda = args.device.startswith("cuda")
+    runs = run_streams(args, args.device, counts, args.streams_frames)
+    for run in runs:
+        print(streams_line(run), flush=True)
+    write_json_report(args.out, TOOL, {"device": torch.cuda.get_device_name() if cuda else "cpu",
+                                       "torch": torch.__version__, "preset": args.preset,
+                                       "streams": runs})
+    print(f"wrote {args.out}")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="lingbot-ros-bench", description=__doc__.splitlines()[0])
     p.add_argument("--frames", type=int, default=3000)
@@ -222,6 +242,10 @@ def main(argv=None) -> int:
     p.add_argument("--snapshot-repeats", type=int, default=3, help="--snapshot's repeats")
     p.add_argument("--scale-bench-frames", type=int, default=500, metavar="N",
                    help="frames of the scale estimator's CPU cost at 518x378 (0: skip)")
+    p.add_argument("--streams", default="", metavar="N,N",
+                   help="several streams in one engine vs separate sessions, e.g. 1,2,4 "
+                        "(streams_cost.py); only this is run")
+    p.add_argument("--streams-frames", type=int, default=300, help="--streams' frames per stream")
     p.add_argument("--out", default="bench.json",
                    help="the JSON report (replaces only a report of lingbot-ros-bench)")
     args = p.parse_args(argv)
@@ -232,6 +256,8 @@ def main(argv=None) -> int:
         return 2
     args.backend = args.backend or ("flashinfer" if args.device.startswith("cuda")
                                     else "torch_ref")
+    if args.streams:  # several streams in one engine only
+        return _streams(p, args)
     if args.snapshot:  # the snapshot's cost only
         from .snapshot_cost import run_snapshot
         r = run_snapshot(bench_model(args, 4, args.device), args, args.device)

@@ -49,13 +49,14 @@ from ..out_folder import check_out_folder
 from ..sources.datasets import FORMATS, open_dataset
 from ..sources.frame import Strided
 from .outputs import (EXIT_ENDED_EARLY, EXIT_FAILED, EXIT_INTERRUPTED, SUMMARY_BEGINS,
-                              SUMMARY_FORMAT, RunState, checkpoint_identity, planned_outputs,
-                              settings_of, stamp_range)
+                      SUMMARY_FORMAT, RunState, checkpoint_identity, planned_outputs,
+                      progress_bar, settings_of, source_total, stamp_range)
 from .run_spec import OfflineRun
 from .loop_run import OfflineLoop, add_loop_args, check_loop_options, reoptimize
 from .save_resume import OfflineSnapshots, add_snapshot_args
 from .scale_args import (OfflineScale, add_scale_args, parse_scale, parse_scale_params,
                             scale_config)
+from ..view.live import add_view_args, offline_view
 
 log = logging.getLogger("lingbot_ros.offline")
 SESSION_DEFAULTS = SessionConfig()  # the session's own defaults, for those not set here
@@ -162,6 +163,7 @@ def parse_args(argv):
     add_scale_args(p)
     add_snapshot_args(p)
     add_loop_args(p)
+    add_view_args(p)
     return p.parse_args(argv)
 
 
@@ -225,24 +227,6 @@ def load_model(args):
     return model, random_weights
 
 
-def _progress(total, disabled, what):
-    try:
-        from tqdm import tqdm
-    except ImportError:  # optional: plain runs still work
-        return None
-    # tqdm shows the rate (the live FPS) and, with a total, the ETA.
-    return tqdm(total=total, unit="frame", disable=disabled, dynamic_ncols=True, desc=what)
-
-
-def source_total(source) -> Optional[int]:
-    """Frames the source will give, for the progress bar's total and ETA: its length (image
-    lists, bags from their index), a video's announced frame count; None if unknown."""
-    try:
-        return len(source)
-    except TypeError:
-        return getattr(source, "frame_count", None) or None
-
-
 def run(args: OfflineRun, model=None, state: Optional[RunState] = None) -> dict:
     """One sequence through a fresh session; writes the outputs and returns the summary.
     ``model``: ``(model, random_weights)`` from :func:`load_model` (else loaded here);
@@ -257,7 +241,7 @@ def run(args: OfflineRun, model=None, state: Optional[RunState] = None) -> dict:
                            depth_topic=args.depth_topic)
     log.info("%s", dataset.description)
     scale = OfflineScale(scale_config(args, dataset), dataset.depth, args.min_conf)
-    config = session_config(args, args.ply or scale.needs_depth)
+    config = session_config(args, args.ply or scale.needs_depth or args.view)
     source = dataset.source if args.stride == 1 else Strided(dataset.source, args.stride)
     model, random_weights = model or load_model(args)
     session = StreamingSession(model, config)
@@ -269,9 +253,10 @@ def run(args: OfflineRun, model=None, state: Optional[RunState] = None) -> dict:
         total = min(total, args.max_frames) if total is not None else args.max_frames
     state.total, state.snapshot_dir = total, args.save_session
     state.snapshots = snaps
-    bar = state.bar = _progress(total, args.no_progress, Path(args.input).name)
+    bar = state.bar = progress_bar(total, args.no_progress, Path(args.input).name)
     peak = {"bytes_reserved": 0, "tokens_visible": 0}
     keyframe_flags: list[bool] = snaps.keyframe_flags
+    view = offline_view(args)  # --view: the run in the browser as it streams (tools/view)
     t0 = time.perf_counter()
     frames_read = 0
     for frame in source:
@@ -293,7 +278,11 @@ def run(args: OfflineRun, model=None, state: Optional[RunState] = None) -> dict:
                 points.add(*frame_points(r, args.ply_stride, args.min_conf))
             if backend is not None:
                 backend.feed(r, scale)
-        cache = session.info().stream.cache
+        info = session.info()
+        if view is not None:
+            view.frame(frame, results, info, frames_read, source.stats.total_skipped +
+                       sum(info.rejected_by_reason.values()), scale.estimate)
+        cache = info.stream.cache
         if cache:
             for key in peak:
                 peak[key] = max(peak[key], getattr(cache, key))
@@ -388,6 +377,8 @@ def run(args: OfflineRun, model=None, state: Optional[RunState] = None) -> dict:
                  (json.dumps(summary, indent=2, default=str) + "\n").encode(),
                  replaces=SUMMARY_BEGINS)
     state.written.append("summary.json")
+    if view is not None:  # the last frames shown; --view-keep: served until Ctrl-C
+        view.close(hold=args.view_keep)
     return summary
 
 

@@ -21,6 +21,7 @@ from ...geometry import TUM_HEADER
 from ..out_folder import OurFile, OutRefused, check_out_folder
 from ..synthetic.render import render_sequence
 from ..synthetic.writers import write_bag
+from ..view.cli import view_command
 from .cli import RANDOM_WEIGHTS_NOTICE, parse_args as offline_args, run
 from .run_spec import OfflineRun
 from .outputs import EXIT_FAILED, planned_outputs
@@ -79,6 +80,7 @@ def main(argv=None) -> int:
               f"{evaluation['associated']} poses")
     if summary["random_weights"]:
         print(RANDOM_WEIGHTS_NOTICE)
+    print(f"see it in 3D: {view_command(out / 'run')}  (docs/viewer.md)")
     return 0
 
 

@@ -5,7 +5,8 @@ stops early.
 begins with, for :func:`lingbot_ros.tools.out_folder.check_out_folder` (an existing one is
 replaced only if we wrote it). :class:`RunState` follows a run (frames read, files written)
 so that an interrupted one ends on one line saying where it stopped and what was written.
-:func:`checkpoint_identity` and :func:`stamp_range` are parts of ``summary.json``.
+:func:`checkpoint_identity` and :func:`stamp_range` are parts of ``summary.json``;
+:func:`progress_bar` and :func:`source_total` the run's progress bar.
 
 Exit statuses of ``lingbot-ros-offline`` (docs/evaluation.md):
 
@@ -37,7 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover -- annotations only
 
 __all__ = ["SUMMARY_FORMAT", "SUMMARY_BEGINS", "OFFLINE_FILES", "planned_outputs",
            "checkpoint_identity", "stamp_range", "settings_of", "RunState", "EXIT_FAILED",
-           "EXIT_ENDED_EARLY", "EXIT_INTERRUPTED"]
+           "EXIT_ENDED_EARLY", "EXIT_INTERRUPTED", "progress_bar", "source_total"]
 
 EXIT_FAILED = 2
 EXIT_ENDED_EARLY = 3
@@ -188,3 +189,21 @@ def settings_of(args, config: SessionConfig, info: SessionInfo) -> dict:
             "stride": getattr(args, "stride", 1),
             "loop_closure": getattr(args, "loop_closure", False),
             "loop_params": list(getattr(args, "loop_param", ()))}
+
+
+def progress_bar(total, disabled, what):
+    try:
+        from tqdm import tqdm
+    except ImportError:  # optional: plain runs still work
+        return None
+    # tqdm shows the rate (the live FPS) and, with a total, the ETA.
+    return tqdm(total=total, unit="frame", disable=disabled, dynamic_ncols=True, desc=what)
+
+
+def source_total(source) -> Optional[int]:
+    """Frames the source will give, for the progress bar's total and ETA: its length (image
+    lists, bags from their index), a video's announced frame count; None if unknown."""
+    try:
+        return len(source)
+    except TypeError:
+        return getattr(source, "frame_count", None) or None

@@ -93,6 +93,12 @@ class OfflineRun:
     loop_param: tuple = ()
     save_map: Optional[str] = None
     localize_in: Optional[str] = None
+    # --view: the run in the browser as it streams (tools/view/live.py; needs the view extra)
+    view: bool = False
+    view_host: str = "127.0.0.1"
+    view_port: int = 8080
+    view_max_points: int = 200_000
+    view_keep: bool = False
 
     @classmethod
     def from_namespace(cls, args) -> "OfflineRun":

@@ -28,6 +28,12 @@ def test_ros_demo_runs_node_replay_and_services(ros_env, tmp_path):
     assert "poses received           " in out and "RANDOM weights" in proc.stderr
     assert "wrote " in out and (tmp_path / "trajectory.tum").exists()
     assert "after reset              0 frames committed" in out
+    # the closing line opens the same run in the viewer, which reads the node's saved files
+    view = _line(out, "see it in 3D             ")
+    assert "lingbot-ros-view" in view and str(tmp_path) in view, view
+    from lingbot_ros.tools.view.run_dir import read_run_dir
+    run = read_run_dir(tmp_path)
+    assert len(run.poses) == 20 and run.points_file == "map.ply" and run.up_axis == "+z"
 
     # the scale, as ~/scale said it before the reset: locked from the bag's aligned depth
     state = _line(out, "scale state              ")

@@ -33,7 +33,9 @@ DRIVER_ONLY = frozenset({
     "gpus_per_worker", "cpus_per_worker", "retries", "resume", "snapshot_every",
     "save_session", "benchmark", "data_root",
     "reoptimize",  # lingbot-ros-offline's other mode (a run folder replayed), never a unit's
-    "save_map"})  # each unit's own path (--save-maps: its folder's place_map/), never shared
+    "save_map",  # each unit's own path (--save-maps: its folder's place_map/), never shared
+    # lingbot-ros-offline --view: a browser view of one run, never a unit's (off in units)
+    "view", "view_host", "view_port", "view_max_points", "view_keep"})
 
 
 @dataclass(frozen=True)
