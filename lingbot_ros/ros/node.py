@@ -338,8 +338,10 @@ class LingbotNode(LifecycleNode):
         settings, session, files, scale = self.settings, self.session, self.files, self.scale
         if session is None:
             return None
-        if settings.node.rig.enabled:  # a rig: the primary camera's stream
-            session = session.stream(settings.node.rig.primary)
+        if settings.node.rig.enabled:  # a rig: the primary camera's stream and scale
+            primary, rig = settings.node.rig.primary, self.rig
+            session = session.stream(primary)
+            scale = rig.unit(primary).scale if rig is not None else None
         return StreamView(session.trajectory, settings.node.map_frame, files,
                           scale.estimate if scale is not None else None)
 

@@ -226,3 +226,15 @@ def test_two_cameras_publish_fail_over_without_a_jump_and_share_one_map(tmp_path
         local = (np.linalg.inv(base) @ np.c_[xyz, np.ones(len(xyz))].T).T[:, :3]
         assert (local[:, 0] > 0.3).sum() > 0 and (local[:, 0] < -0.3).sum() > 0, \
             (local[:, 0].min(), local[:, 0].max())
+
+        # the file services of a rig: the primary's trajectory, the one map; no snapshots yet
+        from lingbot_ros_interfaces.srv import SaveMap, SaveSession, SaveTrajectory
+        saved = probe.call("save_trajectory", SaveTrajectory.Request(path="front.tum"))
+        assert saved.success, saved.message
+        lines = [ln for ln in (tmp_path / "front.tum").read_text().splitlines()
+                 if ln and not ln.startswith("#")]
+        assert 0 < len(lines) <= AFTER  # the primary's stream since its reset
+        saved = probe.call("save_map", SaveMap.Request(path="rig.ply"))
+        assert saved.success and (tmp_path / "rig.ply").stat().st_size > 0, saved.message
+        refused = probe.call("save_session", SaveSession.Request(path="snap"))
+        assert not refused.success and "camera rig" in refused.message, refused.message
