@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
-from ...session import MultiStreamSession, StreamingSession, load_session_model, warm_up
+import numpy as np
+
+from ...session import (FrameIn, MultiStreamSession, StreamingSession, load_session_model,
+                      warm_up)
 
 if TYPE_CHECKING:
     from ..params.declare import Settings
@@ -27,9 +30,12 @@ def build_session(settings: Settings
         depth_head_precision=settings.depth_head_precision,
         mlp_precision=settings.mlp_precision,
         trust_pickle=settings.trust_pickle)
-    if rig.enabled:  # one stream per camera, the model's weights shared (no warm-up yet)
+    if rig.enabled:  # one stream per camera, the model's weights shared
         configs = {name: settings.session for name in rig.camera_names}
-        return MultiStreamSession(model, configs), random_weights, None
+        multi = MultiStreamSession(model, configs)
+        if settings.warmup:
+            warm_up_rig(multi)
+        return multi, random_weights, None
     session = StreamingSession(model, settings.session)
     if settings.warmup:
         warm_up(session)
@@ -39,6 +45,22 @@ def build_session(settings: Settings
     if settings.save_on_shutdown:  # the weights' digest now, not in the shutdown's time
         session.weights.origin()
     return session, random_weights, resumed
+
+
+def warm_up_rig(session: MultiStreamSession) -> None:
+    """``warm_up`` for a rig: a few dummy steps of every camera together (the batched step
+    of every stream, its graphs), with and without depth, then every stream reset."""
+    config = session.stream(session.names[0]).config
+    width = config.preprocess.width
+    image = np.full((config.preprocess.height or width * 3 // 4, width, 3), 127, np.uint8)
+    steps = [None] * (config.num_scale_frames + 2) + ([False] if config.with_depth else [])
+    for i, with_depth in enumerate(steps):
+        session.submit_many({n: FrameIn(image, i + 1, with_depth=with_depth)
+                             for n in session.names})
+        for name in session.names:
+            session.collect(name)
+    for name in session.names:
+        session.reset(name)
 
 
 def check_rig_build(settings: Settings) -> None:

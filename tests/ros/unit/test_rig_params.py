@@ -194,6 +194,15 @@ def test_a_rig_builds_one_multi_stream_session_of_its_cameras():
     assert session.stream("rear").config == settings.session
 
 
+def test_a_rig_warms_up_every_stream_then_resets_them():
+    from lingbot_ros.ros.lifecycle.session_build import build_session
+    session, _, _ = build_session(build_settings({**RIG, "model.preset": "tiny",
+                                                  "warmup": True}))
+    assert session.ticks == session.stream("front").config.num_scale_frames + 3
+    for name in ("front", "rear"):
+        assert session.info()[name].frames_processed == 0
+
+
 @pytest.mark.parametrize("name, value", [("session.resume_from", "snap"),
                                          ("session.save_on_shutdown", "snap")])
 def test_what_a_rig_cannot_do_yet_fails_the_configure_before_the_model(name, value):
