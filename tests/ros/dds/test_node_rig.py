@@ -181,6 +181,8 @@ def test_two_cameras_publish_fail_over_without_a_jump_and_share_one_map(tmp_path
                          and "rear_disagreement_m" in probe.last_diag(), 30,
                          lambda: f"the fused pose from front, rear anchored ({probe.last_diag()})")
         before = probe.wait_until(probe.fused, 30, "the fused odom -> base_link on /tf")
+        probe.wait_until(lambda: any(g.msg.frames_committed > 0 for g in probe.snapshot(
+            "cache_info")), 30, "~/cache_info of the primary's cache")
         last_before = max(before)
 
         # ~/front/reset: the rear takes over, reported on /diagnostics
