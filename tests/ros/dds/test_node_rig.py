@@ -240,3 +240,13 @@ def test_two_cameras_publish_fail_over_without_a_jump_and_share_one_map(tmp_path
         assert saved.success and (tmp_path / "rig.ply").stat().st_size > 0, saved.message
         refused = probe.call("save_session", SaveSession.Request(path="snap"))
         assert not refused.success and "camera rig" in refused.message, refused.message
+
+        # ~/pause: every camera's images are dropped on arrival and counted
+        from std_srvs.srv import SetBool
+        assert probe.call("pause", SetBool.Request(data=True)).success
+        for c in CAMERAS:
+            probe.pubs[c][0].publish(images[c][-1])
+        probe.wait_until(lambda: probe.counter("dropped_paused") >= 1
+                         and probe.last_diag().get("paused") == "True", 30,
+                         lambda: f"the primary's image dropped while paused ({probe.last_diag()})")
+        assert int(probe.last_diag()["front_taken"]) == frames
