@@ -21,7 +21,6 @@ from typing import Optional
 
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.qos import qos_profile_sensor_data
 from rclpy.task import Future
 from sensor_msgs.msg import CameraInfo
 from std_msgs.msg import Header
@@ -29,10 +28,10 @@ from std_msgs.msg import Header
 from ..geometry import FileRoot
 from ..session import StreamingSession
 from .backend.factory import NodeBackend
-from .intake.image_input import ImageInput
-from .intake.scale_inputs import scale_inputs
 from ..scale import ScaleStream
 from .intake.stream_control import StreamControl
+from .intake.image_input import ImageInput
+from .intake.rig import RigIO
 from .intake.worker import FrameWorker
 from .lifecycle.background_job import BackgroundJob
 from .lifecycle.file_policy import check_snapshot_paths, open_files_root, unconfined_warning
@@ -41,15 +40,14 @@ from .lifecycle.snapshot_handlers import NodeSnapshots
 from .outputs.frame_outputs import Outputs
 from .outputs.scale_topic import ScalePublisher
 from .params import declare as params
-from .params.node_config import scale_reads_tf
 from .services import ServiceCalls, Services, StreamView
 from .status.gc_pauses import GcPauses
-from .status.node_facts import FactsBoard, NodeFacts
+from .status.node_facts import FactsBoard
 from .status.reports import Status, StatusReads
 from .status.telemetry import NodeTelemetry
 from .tf.listener import TfListener
 from .tf.robot_frames import RobotFrames, tf_tree_mode
-from .tf.tree import TransformTree
+from .node_io import forget_io, start_io, stop_io
 
 NODE_NAME = "lingbot_ros"
 CONFIGURE_POLL_S = 0.05  # how often a configure checks for SIGINT/SIGTERM
@@ -81,6 +79,8 @@ class LingbotNode(LifecycleNode):
         self._tf_listener: Optional[TfListener] = None
         self.image_input: Optional[ImageInput] = None  # the image subscription; while active
         self.worker: Optional[FrameWorker] = None  # the thread from the queue to the outputs
+        self.rig: Optional[RigIO] = None  # a camera rig's pieces (cameras.names); while active
+        self._rig_services: list = []  # ~/<camera>/reset; while active
         self.outputs: Optional[Outputs] = None
         # the stream's metric scale (scale.*): from configure to cleanup, like the session;
         # fed by the worker, reset with the stream (docs/node.md "Scale")
@@ -156,7 +156,8 @@ class LingbotNode(LifecycleNode):
             self.get_logger().warning(
                 f"NO CHECKPOINT: model.preset '{settings.preset}' with RANDOM weights; poses "
                 "are NOT meaningful. Set the 'checkpoint' parameter for real estimates.")
-        scale = ScaleStream(settings.scale, log=self.get_logger())
+        rig = settings.node.rig  # a rig's scale: one per camera, in its RigIO
+        scale = None if rig.enabled else ScaleStream(settings.scale, log=self.get_logger())
         # the snapshot's scale estimate continues (or is refused: the configure fails)
         if resumed is not None and not self.snapshots.continue_scale(
                 resumed, scale, settings.resume_from):
@@ -167,12 +168,12 @@ class LingbotNode(LifecycleNode):
             return TransitionCallbackReturn.FAILURE
         self.settings, self.session, self.files = settings, session, files
         self.scale = scale
-        self.stream = StreamControl(session, self.telemetry, self.get_logger(), scale,
-                                    backend=self.backend.thread)
+        self.stream = None if rig.enabled else StreamControl(
+            session, self.telemetry, self.get_logger(), scale, backend=self.backend.thread)
         if resumed is not None:  # its map and path wait for activate; the back end goes on
             self.snapshots.resumed(resumed, settings.resume_from)
             self.stream.restore_backend(resumed)
-        info = session.info()
+        info = session.info()[rig.primary] if rig.enabled else session.info()
         self.telemetry.set_session_info(info)
         if not self.context.ok():  # SIGINT/SIGTERM arrived meanwhile: main() exits cleanly
             self._release()
@@ -201,47 +202,18 @@ class LingbotNode(LifecycleNode):
         (a topic already used with another type, ...) is logged at ERROR and the transition
         returns ERROR: ``on_error`` then frees everything and leaves the node unconfigured."""
         try:
-            self._start_io()
+            start_io(self)
         except Exception as exc:  # noqa: BLE001 -- reported, then on_error cleans up
             self.get_logger().error(f"activate failed: {type(exc).__name__}: {exc}")
             return TransitionCallbackReturn.ERROR
-        self.get_logger().info(f"active: listening on {self.image_input.topic}; TF: "
-                               f"{tf_tree_mode(self.settings.node)}")
+        inputs = self.rig.inputs if self.rig is not None else [self.image_input]
+        self.get_logger().info(f"active: listening on {', '.join(i.topic for i in inputs)}; "
+                               f"TF: {tf_tree_mode(self.settings.node)}")
         return super().on_activate(state)
-
-    def _start_io(self) -> None:
-        cfg = self.settings.node
-        # Our own TF buffer (tf2_ros has no pip wheels): base -> camera, another odom.
-        tree = None
-        if (not cfg.camera_only or (cfg.publish_map_to_odom and not cfg.publish_odom_to_base)
-                or scale_reads_tf(cfg, self.settings.scale)):
-            tree = TransformTree()
-            self._tf_listener = TfListener(self, tree)
-        self.robot_frames = RobotFrames(cfg, tree)
-        self.outputs = Outputs(self, cfg, tree, self.settings.scale)
-        scale = self.scale
-        self.scale_topic = ScalePublisher(self, cfg.map_frame, lambda: scale.estimate)
-        self.snapshots.load_pending(self.outputs)  # a restored snapshot's map and path
-        self.backend.activate(self, cfg, self.outputs)  # ~/loop_closures
-        self.facts.publish(NodeFacts(self.robot_frames.facts(), self.outputs.facts()))
-        self.status = Status(self, cfg, self._status_reads())
-        self.worker = FrameWorker(
-            self.session, self.outputs, self.status, self.telemetry,
-            robot_frames=self.robot_frames, log=self.get_logger(), queue_size=cfg.queue_size,
-            max_image_pixels=cfg.max_image_pixels, use_compressed=cfg.use_compressed,
-            alive=self.context.ok, scale=self.scale, scale_topic=self.scale_topic,
-            facts=self.facts, control=self.stream, backend=self.backend.thread)
-        self.image_input = ImageInput(  # its QoS fits the camera
-            self, cfg, self._on_image,
-            on_malformed=self._on_malformed_image if cfg.image_raw_take else None)
-        self._subs = [self.create_subscription(CameraInfo, cfg.camera_info_topic,
-                                               self._on_camera_info, qos_profile_sensor_data)]
-        self._subs += scale_inputs(self)
-        self.worker.start()
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         """Stop intake; queued frames are dropped and counted; the session keeps its state."""
-        self._stop_io()
+        stop_io(self)
         return super().on_deactivate(state)
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -259,10 +231,10 @@ class LingbotNode(LifecycleNode):
             f"transition from '{state.label}' failed: the node is unconfigured again "
             "(session released); fix the cause, then configure")
         try:
-            self._stop_io()
+            stop_io(self)
         except Exception as exc:  # noqa: BLE001 -- half-built: release what can be
             self.get_logger().error(f"stopping after the error: {type(exc).__name__}: {exc}")
-        self._stop_io_refs()
+        forget_io(self)
         self._release(keep_services=True)
         self._configured = False
         self.paused = False
@@ -272,7 +244,7 @@ class LingbotNode(LifecycleNode):
         """Stop and free everything (with ``session.save_on_shutdown``, the stream is saved
         first); the process then exits (``finished``)."""
         self.snapshots.save_on_shutdown(self.settings, self.stream, self.worker, self.outputs)
-        self._stop_io()
+        stop_io(self)
         self._release()
         self._configured = False
         if not self.finished.done():
@@ -295,40 +267,6 @@ class LingbotNode(LifecycleNode):
         except ValueError as exc:
             return SetParametersResult(successful=False, reason=str(exc))
         return SetParametersResult(successful=True)
-
-    def _stop_io(self) -> None:
-        if self.image_input is not None:
-            self.image_input.destroy()
-            self.image_input = None
-        for sub in self._subs:
-            if isinstance(sub, ImageInput):  # the aligned depth input: its own timer
-                sub.destroy()
-            else:
-                self.destroy_subscription(sub)
-        self._subs = []
-        if self.worker is not None:
-            self.worker.stop()  # the frame in flight is published first
-            self.telemetry.count("dropped_inactive", self.worker.drop_queued())
-            self.worker = None
-        if self.outputs is not None and self.context.ok():
-            try:
-                self.outputs.flush_path()
-            except Exception:  # noqa: BLE001 -- the context went down meanwhile (Ctrl-C)
-                pass
-        self.backend.deactivate()
-        for name in ("status", "scale_topic", "outputs", "_tf_listener"):  # in this order
-            if getattr(self, name) is not None:
-                getattr(self, name).destroy()
-                setattr(self, name, None)
-        if self.scale is not None:  # the worker is stopped: its TF lookups go with the tree
-            self.scale.attach_tf()
-
-    def _stop_io_refs(self) -> None:
-        """Forget whatever ``_stop_io`` could not take down (after a failed activate)."""
-        self.image_input = self.worker = self.outputs = self.status = None
-        self.scale_topic = None
-        self._tf_listener = None
-        self._subs = []
 
     def _release(self, keep_services: bool = False) -> None:
         """Free the session, caches and model (GPU memory included); remove the services
@@ -400,21 +338,27 @@ class LingbotNode(LifecycleNode):
         settings, session, files, scale = self.settings, self.session, self.files, self.scale
         if session is None:
             return None
+        if settings.node.rig.enabled:  # a rig: the primary camera's stream and scale
+            primary, rig = settings.node.rig.primary, self.rig
+            session = session.stream(primary)
+            scale = rig.unit(primary).scale if rig is not None else None
         return StreamView(session.trajectory, settings.node.map_frame, files,
                           scale.estimate if scale is not None else None)
 
     # -- services' side ----------------------------------------------------------------------
     def save_session(self, path):
         """~/save_session: the ``SnapshotJob`` writing it (ros/intake/stream_control.py)."""
+        self._no_rig()
         return self.stream.save(path)
 
     def load_session(self, path) -> tuple[bool, str, int]:
         """~/load_session: (success, message, frames)."""
+        self._no_rig()
         return self.snapshots.load(self.stream, path, self.outputs)
 
     def save_map(self, path):
         """Write ~/map_points as PLY: (points, their scale snapshot), or None without a map."""
-        outputs = self.outputs
+        outputs = self.rig if self.rig is not None else self.outputs
         return outputs.save_map(path) if outputs is not None else None
 
     def set_paused(self, paused: bool) -> str:
@@ -424,7 +368,8 @@ class LingbotNode(LifecycleNode):
             return "already paused" if paused else "not paused"
         self.paused = paused
         if paused:
-            dropped = self.worker.drop_queued() if self.worker is not None else 0
+            worker = self.worker if self.worker is not None else self.rig
+            dropped = worker.drop_queued() if worker is not None else 0
             self.telemetry.count("dropped_paused", dropped)
             if self.status is not None:
                 self.status.paused(Header(stamp=self.get_clock().now().to_msg()),
@@ -432,14 +377,25 @@ class LingbotNode(LifecycleNode):
             return f"paused: images are dropped until ~/pause false ({dropped} queued dropped)"
         return "resumed"
 
+    def _no_rig(self) -> None:
+        if self.stream is None and self.session is not None:
+            raise ValueError("session snapshots are not supported with a camera rig yet")
+
     def reset_stream(self) -> Optional[str]:
         """Clear session, queue and path (``StreamControl.reset``, active or not); waits for
         the frame in flight (if any). Returns what was done, or None when unconfigured."""
         t0 = time.monotonic()
-        stream = self.stream
-        if stream is None:
+        stream, rig, session = self.stream, self.rig, self.session
+        if rig is not None:  # every camera of the rig, the fused pose and the map
+            dropped = rig.reset()
+        elif stream is None and session is not None:  # a rig, inactive: its streams
+            for name in session.names:
+                session.reset(name)
+            dropped = 0
+        elif stream is None:
             return None
-        dropped = stream.reset()
+        else:
+            dropped = stream.reset()
         return (f"reset: caches and trajectory cleared, {dropped} queued frame(s) dropped "
                 f"in {(time.monotonic() - t0) * 1e3:.1f} ms")
 

@@ -100,6 +100,8 @@ class RigWorker:
         self._thread: Optional[threading.Thread] = None
         self.switches: list[Switch] = []  # every change of the fused pose's source, in order
         self.rig_facts = fusion.facts()
+        for u in units:
+            u.telemetry.set_session_info(session.stream(u.name).info())
 
     # -- the executor's side -----------------------------------------------------------------
     def offer(self, camera: str, msg, received: float) -> bool:
@@ -189,7 +191,9 @@ class RigWorker:
             elif result is not None:
                 self._pending[name].add(result, contexts[name])
         for name in frames:
-            self._publish_outcomes(self._units[name], self._session.collect(name, wait=True))
+            unit = self._units[name]
+            self._publish_outcomes(unit, self._session.collect(name, wait=True))
+            unit.telemetry.set_session_info(self._session.stream(name).info())  # ~/cache_info
 
     def _prepare(self, unit: CameraUnit, item: QueuedImage):
         """(the frame for submit_many, its context), or None (counted, status said why)."""

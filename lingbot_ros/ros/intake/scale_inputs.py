@@ -15,7 +15,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image
 
 from ...image_decode import ImageRejected
-from ..params.node_config import scale_reads_tf
+from ..params.node_config import camera_config, scale_reads_tf
 from .image_input import ImageInput
 from .scale_msgs import SOURCES_FOR_A_ROBOT, depth_msg_input, odometry_msg_pose, tf_lookup
 
@@ -67,6 +67,57 @@ def scale_inputs(node) -> list:
             + (f"{height:g} m over it (scale.camera_height_m)" if height is not None else
                f"height over {cfg.ground_frame} from TF (frames.ground)"))
     return []
+
+
+def rig_scale_inputs(node, rig) -> list:
+    """A camera rig's scale inputs (``rig``: its ``RigIO``): each camera's ``ScaleStream``
+    gets its TF lookups (its own chain), its aligned depth from
+    ``cameras.<camera>.depth_topic``, and the robot's one odometry (``odom_in``, pushed
+    into every camera's stream). Returned as ``scale_inputs``' are."""
+    settings = node.settings
+    cfg, kind = settings.node, settings.scale.kind
+    from_tf = scale_reads_tf(cfg, settings.scale)
+    for unit in rig.units:
+        frames = unit.robot_frames
+        unit.scale.attach_tf(
+            ground=(tf_lookup(frames.ground_to_optical) if from_tf and kind.ground_from_tf
+                    else None),
+            odometry=tf_lookup(frames.odom_to_base) if from_tf and kind.needs_odometry else None)
+    if kind.needs_sensor_depth:
+        inputs = []
+        for unit in rig.units:
+            own = camera_config(cfg, unit.name)
+            topic = cfg.rig.camera(unit.name).depth_topic
+            inputs.append(ImageInput(
+                node, own, _unit_depth_callback(node, unit),
+                label=f"{unit.name} aligned depth input",
+                topic=(node.resolve_topic_name(topic), Image)))
+        return inputs
+    if kind.needs_odometry and not from_tf:
+        reliability = (ReliabilityPolicy.RELIABLE if cfg.image_qos == "reliable"
+                       else ReliabilityPolicy.BEST_EFFORT)
+
+        def on_odometry(msg) -> None:
+            pose = odometry_msg_pose(msg)
+            for unit in rig.units:
+                unit.scale.push_odometry(*pose)
+        return [node.create_subscription(Odometry, "odom_in", on_odometry,
+                                         QoSProfile(depth=100, reliability=reliability))]
+    return []
+
+
+def _unit_depth_callback(node, unit):
+    def on_depth(msg) -> None:
+        try:
+            depth = depth_msg_input(msg)
+        except ImageRejected as exc:
+            unit.telemetry.count(f"depth_rejected_{exc.reason}")
+            node.get_logger().warning(f"{unit.name}: aligned depth image rejected "
+                                      f"({exc.reason}): {exc.detail}",
+                                      throttle_duration_sec=2.0)
+            return
+        unit.scale.push_depth(*depth)
+    return on_depth
 
 
 def _depth_callback(node):

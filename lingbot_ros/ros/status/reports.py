@@ -40,6 +40,8 @@ class StatusReads:
     gc: Callable[[], dict] = dict  # GcPauses.describe
     camera_info: Callable[[], object] = lambda: None  # the last CameraInfo received
     image_qos: Callable[[], Optional[str]] = lambda: None  # ImageInput.describe
+    # a camera rig's check (RigIO.check: level, message, key values); None: one camera
+    rig: Optional[Callable[[], tuple[int, str, dict]]] = None
 
 
 def tracking_status(telemetry: NodeTelemetry, header, state: int,
@@ -169,6 +171,13 @@ class Status:
         extra.update(r.gc())
         extra.update(diagnostics.camera_info_check(r.camera_info(), t.last_input_hw,
                                                    t.last_fx))
+        if r.rig is not None:  # the fused pose's source, failovers, disagreement
+            rig_level, rig_message, rig_values = r.rig()
+            extra.update(rig_values)
+            if rig_level > level:
+                level, message = rig_level, rig_message
+            elif rig_level == level:
+                message = f"{message}; {rig_message}"
         msg = diagnostics.build(
             n.get_clock().now().to_msg(), f"{n.get_fully_qualified_name()}: tracking",
             r.device, level, message, c, rates, dict(t.end_to_end_ms),

@@ -2,6 +2,9 @@
 process, the node in another, everything received over real DDS (loopback) by a probe here."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from tests.ros.node_harness import (IMAGE_TOPIC, NodeProcess, Probe, diag_values,
@@ -115,3 +118,31 @@ def test_bag_to_poses(tmp_path, ros_env, storage):
         assert max(float(v.get("input_rate_hz", 0)) for v in rates) > 0
         assert max(float(v.get("processed_rate_hz", 0)) for v in rates) > 0
         assert node.poll() is None, node.log()[-3000:]
+
+
+GOLDEN = Path(__file__).with_name("golden_node_bag.json")
+
+
+def test_one_camera_is_bit_identical_to_the_node_before_rigs(tmp_path, ros_env):
+    """No ``cameras.names``: the node's poses (every float, bit for bit) and its per-frame
+    status (index, keyframe) on this bag equal those of the node at a1bd988, before issue
+    35 (multi-camera rigs), stored in golden_node_bag.json by the same procedure."""
+    golden = json.loads(GOLDEN.read_text())
+    bag = tmp_path / "bag"
+    make_bag(bag, FRAMES, "mcap")
+    image_stamps = image_stamps_in_bag(bag)
+    with NodeProcess(ros_env, tmp_path, {k: NO_DROP[k] for k in (
+            "qos.image", "qos.image_depth", "queue_size")}) as node, Probe() as probe:
+        probe.wait_active(node)
+        replay(bag, ros_env)
+        assert probe.wait_for_pose_of(image_stamps[-1]) == image_stamps
+        poses = [[stamp_ns(g.msg.header.stamp)] + [float(v).hex() for v in (
+            g.msg.pose.position.x, g.msg.pose.position.y, g.msg.pose.position.z,
+            g.msg.pose.orientation.x, g.msg.pose.orientation.y, g.msg.pose.orientation.z,
+            g.msg.pose.orientation.w)] for g in probe.snapshot("poses")]
+        probe.wait_until(lambda: len(probe.snapshot("status")) >= FRAMES, 30,
+                         f"{FRAMES} TrackingStatus messages")
+        status = [[stamp_ns(g.msg.header.stamp), g.msg.frame_index, bool(g.msg.keyframe)]
+                  for g in probe.snapshot("status")]
+    assert poses == golden["poses"]
+    assert status == golden["status"]

@@ -97,3 +97,36 @@ def test_a_rig_on_a_node_publishes_per_camera_and_one_fused_pose(ros_node):
 def test_no_rig_no_rig_io(ros_node):
     with pytest.raises(ValueError, match="needs a rig"):
         RigIO(ros_node, build_settings({}), None, None, log=logging.getLogger("x"))
+
+
+def test_pause_check_and_a_whole_rig_reset(ros_node):
+    """``paused``: each image dropped on arrival (counted); ``check``: the rig's diagnostics
+    with each camera's taken frames; ``reset()``: every camera, the fused pose and the map;
+    a camera's camera_info topic is subscribed."""
+    settings = build_settings({**PARAMS, "cameras.front.camera_info_topic": "/front/info"})
+    paused = [False]
+    clock = iter(np.arange(0.0, 100.0, 0.001)).__next__
+    io = RigIO(ros_node, settings, SeparateStreams(("front", "rear")), rig_tree(),
+               log=logging.getLogger("test_rig_io"), clock=clock, paused=lambda: paused[0])
+    try:
+        assert [s.topic_name for s in io._subs] == ["/front/info"]
+        images = good_images(3)
+        for msg in images:
+            io.offer("front", msg)
+            io.offer("rear", msg)
+            assert io.worker.run_once(timeout=0)
+        level, message, values = io.check()
+        assert values["front_taken"] == values["rear_taken"] == 3
+        assert values["rig_source"] == "rear" and level == 0, message
+        assert io.map.info()["map_points"] > 0
+        paused[0] = True
+        assert not io.offer("front", images[0])
+        assert io.units[0].telemetry.snapshot().counters["dropped_paused"] == 1
+        paused[0] = False
+        io.offer("rear", images[0])
+        assert io.drop_queued() == 1
+        assert io.units[1].telemetry.snapshot().counters["dropped_paused"] == 1
+        io.reset()
+        assert io.map.info()["map_points"] == 0 and io.worker.rig_facts.source == ""
+    finally:
+        io.destroy()

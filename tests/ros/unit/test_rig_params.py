@@ -184,7 +184,28 @@ def test_the_template_rows_are_declared_per_camera_from_a_params_file(ros_env):
         context.try_shutdown()
 
 
-def test_a_rig_fails_the_configure_before_the_model_until_the_rig_worker_is_in():
+def test_a_rig_builds_one_multi_stream_session_of_its_cameras():
     from lingbot_ros.ros.lifecycle.session_build import build_session
-    with pytest.raises(ValueError, match="cameras.names: a camera rig is configured"):
-        build_session(build_settings(RIG))
+    from lingbot_ros.session import MultiStreamSession
+    settings = build_settings({**RIG, "model.preset": "tiny", "warmup": False})
+    session, random_weights, resumed = build_session(settings)
+    assert isinstance(session, MultiStreamSession) and random_weights and resumed is None
+    assert session.names == ("front", "rear")
+    assert session.stream("rear").config == settings.session
+
+
+def test_a_rig_warms_up_every_stream_then_resets_them():
+    from lingbot_ros.ros.lifecycle.session_build import build_session
+    session, _, _ = build_session(build_settings({**RIG, "model.preset": "tiny",
+                                                  "warmup": True}))
+    assert session.ticks == session.stream("front").config.num_scale_frames + 3
+    for name in ("front", "rear"):
+        assert session.info()[name].frames_processed == 0
+
+
+@pytest.mark.parametrize("name, value", [("session.resume_from", "snap"),
+                                         ("session.save_on_shutdown", "snap")])
+def test_what_a_rig_cannot_do_yet_fails_the_configure_before_the_model(name, value):
+    from lingbot_ros.ros.lifecycle.session_build import build_session
+    with pytest.raises(ValueError, match=f"parameter '{name}': not supported with a camera"):
+        build_session(build_settings({**RIG, name: value}))
