@@ -21,7 +21,6 @@ from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CameraInfo
 from std_srvs.srv import Trigger
 
-from ..session import FrameIn
 from .intake.rig import RigIO
 
 from .intake.image_input import ImageInput
@@ -125,7 +124,7 @@ def _start_rig(node) -> None:
     tree = TransformTree()  # base -> each camera
     node._tf_listener = TfListener(node, tree)
     rig = RigIO(node, settings, node.session, tree, log=node.get_logger(),
-                alive=node.context.ok, make_frame=FrameIn, paused=lambda: node.paused)
+                alive=node.context.ok, paused=lambda: node.paused)
     node.rig = rig
     primary = rig.unit(cfg.rig.primary)
     node.status = Status(node, cfg, StatusReads(

@@ -1,40 +1,31 @@
-"""SeparateStreams: the multi-stream session's interface (issue 35 part D's
-``MultiStreamSession``: ``names``, ``submit_many``, ``collect(name)``, ``reset(name)``,
-``stream(name)``) over one real tiny ``StreamingSession`` per camera on the CPU: what the
-batched session equals per stream, so the rig's node side is tested before it is merged."""
+"""The rig tests' session: a real ``MultiStreamSession`` (one tiny model shared by the cameras,
+one page pool, the batched step) on the CPU, and an rclpy node for the unit tests."""
 from __future__ import annotations
 
+import contextlib
+
 from lingbot_ros.config import PreprocessConfig, SessionConfig
-from lingbot_ros.session import FrameRejected, open_session
+from lingbot_ros.session import MultiStreamSession, load_session_model
 
 # The node tests' tiny configuration (tests/ros/node_harness.py TINY_PARAMS).
 SESSION = SessionConfig(num_scale_frames=2, window=4, preprocess=PreprocessConfig(width=56))
 
 
-class SeparateStreams:
-    """The multi-stream session's interface over one ``StreamingSession`` per camera."""
+def rig_session(names) -> MultiStreamSession:
+    """A multi-stream session of the tiny random model, one stream per camera name."""
+    model, _ = load_session_model(SESSION, "tiny")
+    return MultiStreamSession(model, {name: SESSION for name in names})
 
-    def __init__(self, names) -> None:
-        self.names = tuple(names)
-        self._sessions = {n: open_session(SESSION, "tiny")[0] for n in self.names}
-        self.resets: list[str] = []
 
-    def submit_many(self, frames):
-        out = {}
-        for name, f in frames.items():
-            try:
-                out[name] = self._sessions[name].submit(f.image, f.stamp_ns, f.encoding,
-                                                        with_depth=f.with_depth)
-            except FrameRejected as exc:
-                out[name] = exc
-        return out
-
-    def collect(self, name, wait=True):
-        return self._sessions[name].collect(wait=wait)
-
-    def reset(self, name):
-        self.resets.append(name)
-        self._sessions[name].reset()
-
-    def stream(self, name):
-        return self._sessions[name]
+@contextlib.contextmanager
+def rclpy_node(name: str):
+    """An rclpy node in a context of its own, shut down after the test."""
+    import rclpy
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = rclpy.create_node(name, context=context)
+    try:
+        yield node
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=context)

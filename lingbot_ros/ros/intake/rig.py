@@ -35,7 +35,7 @@ from ..tf.rig_fusion import RigFusion, RigFusionConfig
 from ..tf.robot_frames import RobotFrames
 from .image_input import ImageInput
 from .rig_gather import RigGather
-from .rig_worker import CameraUnit, RigFrame, RigWorker
+from .rig_worker import CameraUnit, RigWorker
 
 __all__ = ["RigIO", "fusion_config"]
 
@@ -51,7 +51,6 @@ def fusion_config(rig: RigConfig) -> RigFusionConfig:
 class RigIO:
     def __init__(self, node, settings, session, tf_tree, *, log,
                  alive: Callable[[], bool] = lambda: True,
-                 make_frame: Callable[..., Any] = RigFrame,
                  clock: Callable[[], float] = time.monotonic,
                  subscribe: bool = True, paused: Callable[[], bool] = bool) -> None:
         """``settings``: the node's (``Settings``) with a rig; ``session``: the rig's
@@ -83,7 +82,7 @@ class RigIO:
         self.units = tuple(units)
         self.worker = RigWorker(session, self.units, self.fusion, self.fused, self.gather,
                                 log=log, max_image_pixels=cfg.max_image_pixels,
-                                make_frame=make_frame, alive=alive)
+                                alive=alive)
         self.inputs: list[ImageInput] = []
         if subscribe:
             for camera in rig.cameras:

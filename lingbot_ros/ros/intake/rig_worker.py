@@ -30,9 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-import numpy as np
-
-from ...session import FrameFailed, FrameRejected
+from ...session import FrameFailed, FrameIn, FrameRejected
 from ..outputs.messages import stamp_to_ns
 from ..status.telemetry import NodeTelemetry
 from ..tf.rig_fusion import RigFusion, Switch
@@ -42,18 +40,7 @@ from .pending_frames import PendingFrame, PendingFrames
 from .rig_gather import RigGather, Tick
 from .worker import FrameOutputs, Log, QueuedImage, StatusSink
 
-__all__ = ["CameraUnit", "RigFrame", "RigWorker"]
-
-
-@dataclass(frozen=True)
-class RigFrame:
-    """One camera's frame for ``submit_many``: the fields of the session's ``FrameIn``
-    (the node passes ``FrameIn`` itself as ``make_frame``)."""
-
-    image: np.ndarray
-    stamp_ns: int
-    encoding: str = "rgb8"
-    with_depth: Optional[bool] = None
+__all__ = ["CameraUnit", "RigWorker"]
 
 
 @dataclass(frozen=True)
@@ -72,7 +59,6 @@ class CameraUnit:
 class RigWorker:
     def __init__(self, session, units: Sequence[CameraUnit], fusion: RigFusion, fused,
                  gather: RigGather, *, log: Log, max_image_pixels: int,
-                 make_frame: Callable[..., Any] = RigFrame,
                  alive: Callable[[], bool] = lambda: True) -> None:
         """``session``: the rig's multi-stream session; ``units``: one per camera, in
         ``cameras.names`` order (the session's, the gather's and the fusion's names);
@@ -91,7 +77,6 @@ class RigWorker:
         self._gather = gather
         self._log = log
         self._limits = ImageLimits(max_pixels=max_image_pixels)
-        self._make_frame = make_frame
         self._alive = alive
         self._pending = {n: PendingFrames() for n in names}
         self._generation = {n: 0 for n in names}
@@ -222,7 +207,7 @@ class RigWorker:
         if unit.scale is not None and unit.scale.needs_depth:
             with_depth = True  # the depth source samples every frame's depth
             unit.scale.on_submit(stamp_ns)
-        frame = self._make_frame(image=array, stamp_ns=stamp_ns, encoding=encoding,
+        frame = FrameIn(image=array, stamp_ns=stamp_ns, encoding=encoding,
                                  with_depth=with_depth)
         return frame, PendingFrame(item, chain, depth_due)
 

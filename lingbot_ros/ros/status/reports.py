@@ -53,36 +53,15 @@ def tracking_status(telemetry: NodeTelemetry, header, state: int,
         frames_processed=t.processed, frames_dropped=t.dropped, frames_rejected=t.rejected)
 
 
-class Status:
-    """Created on activate, destroyed on deactivate."""
+class TrackingStates:
+    """The per-frame ``TrackingStatus`` of one stream: the node's ~/status (``Status``) or a
+    rig camera's ~/<camera>/status (``CameraStatus``). A subclass sets ``status`` (the
+    publisher) and ``tracked`` (the counters its messages carry); ``state`` is the last
+    state published."""
 
-    def __init__(self, node, cfg, reads: StatusReads) -> None:
-        """``node``: the rclpy node its publishers, timers and clock belong to; ``cfg``:
-        the ``NodeConfig``; ``reads``: everything it reports."""
-        self._node = node
-        self._reads = reads
-        self._telemetry = reads.telemetry
-        self._topic = image_subscription(node, cfg)[0]  # the topic actually subscribed
-        self.status = node.create_publisher(TrackingStatus, "~/status", 10)
-        self.cache = node.create_publisher(CacheInfo, "~/cache_info", 10)
-        self.diag = node.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        steady = Clock(clock_type=ClockType.STEADY_TIME)
-        self._timers = [node.create_timer(1.0 / cfg.cache_info_rate_hz, self._publish_cache,
-                                          clock=steady),
-                        node.create_timer(1.0 / cfg.diagnostics_rate_hz, self._publish_diag,
-                                          clock=steady)]
-        self._last = (time.monotonic(), 0, 0)  # for rates: time, received, processed
-        self._ros_clock = (None, time.monotonic())  # (last ROS time seen, when it changed)
-        self._health = HealthMonitor(cfg.warn_drop_share, cfg.stall_timeout_s)
-        self._key_values = diagnostics.KeyValues()  # /diagnostics' unchanged ones reused
-        self.state = None  # the last state published on ~/status
-
-    def destroy(self) -> None:
-        for timer in self._timers:
-            self._node.destroy_timer(timer)
-        for pub in (self.status, self.cache, self.diag):
-            self._node.destroy_publisher(pub)
-        self._timers = []
+    status = None
+    tracked: NodeTelemetry
+    state: Optional[int] = None
 
     def frame(self, result, header, end_to_end_ms: float, message: str = "") -> None:
         """The status of one processed frame (TRACKING): ``compute_ms`` the session's
@@ -112,7 +91,40 @@ class Status:
 
     def _message(self, header, state: int, message: str = "") -> TrackingStatus:
         self.state = state
-        return tracking_status(self._telemetry, header, state, message)
+        return tracking_status(self.tracked, header, state, message)
+
+
+class Status(TrackingStates):
+    """Created on activate, destroyed on deactivate."""
+
+    def __init__(self, node, cfg, reads: StatusReads) -> None:
+        """``node``: the rclpy node its publishers, timers and clock belong to; ``cfg``:
+        the ``NodeConfig``; ``reads``: everything it reports."""
+        self._node = node
+        self._reads = reads
+        self._telemetry = reads.telemetry
+        self.tracked = reads.telemetry  # ~/status's counters
+        self._topic = image_subscription(node, cfg)[0]  # the topic actually subscribed
+        self.status = node.create_publisher(TrackingStatus, "~/status", 10)
+        self.cache = node.create_publisher(CacheInfo, "~/cache_info", 10)
+        self.diag = node.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        steady = Clock(clock_type=ClockType.STEADY_TIME)
+        self._timers = [node.create_timer(1.0 / cfg.cache_info_rate_hz, self._publish_cache,
+                                          clock=steady),
+                        node.create_timer(1.0 / cfg.diagnostics_rate_hz, self._publish_diag,
+                                          clock=steady)]
+        self._last = (time.monotonic(), 0, 0)  # for rates: time, received, processed
+        self._ros_clock = (None, time.monotonic())  # (last ROS time seen, when it changed)
+        self._health = HealthMonitor(cfg.warn_drop_share, cfg.stall_timeout_s)
+        self._key_values = diagnostics.KeyValues()  # /diagnostics' unchanged ones reused
+        self.state = None  # the last state published on ~/status
+
+    def destroy(self) -> None:
+        for timer in self._timers:
+            self._node.destroy_timer(timer)
+        for pub in (self.status, self.cache, self.diag):
+            self._node.destroy_publisher(pub)
+        self._timers = []
 
     def _publish_cache(self) -> None:
         snapshot = self._telemetry.session_info()

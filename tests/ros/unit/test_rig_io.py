@@ -13,7 +13,7 @@ from lingbot_ros.ros.intake.rig import RigIO, fusion_config
 from lingbot_ros.ros.params.declare import build_settings
 from lingbot_ros.ros.tf.tree import TransformTree
 from tests.ros.node_data import good_images
-from tests.ros.rig_streams import SeparateStreams
+from tests.ros.rig_streams import rclpy_node, rig_session
 
 NODE = "rig_io"
 PARAMS = {"frames.base": "base_link", "input.width": 56, "input.height": 42,
@@ -26,15 +26,8 @@ PARAMS = {"frames.base": "base_link", "input.width": 56, "input.height": 42,
 
 @pytest.fixture
 def ros_node():
-    import rclpy
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    node = rclpy.create_node(NODE, context=context)
-    try:
+    with rclpy_node(NODE) as node:
         yield node
-    finally:
-        node.destroy_node()
-        rclpy.shutdown(context=context)
 
 
 def rig_tree() -> TransformTree:
@@ -61,7 +54,7 @@ def test_the_fusion_settings_come_from_the_parameters():
 def test_a_rig_on_a_node_publishes_per_camera_and_one_fused_pose(ros_node):
     settings = build_settings(PARAMS)
     clock = iter(np.arange(0.0, 100.0, 0.001)).__next__
-    io = RigIO(ros_node, settings, SeparateStreams(("front", "rear")), rig_tree(),
+    io = RigIO(ros_node, settings, rig_session(("front", "rear")), rig_tree(),
                log=logging.getLogger("test_rig_io"), clock=clock)
     try:
         assert [i.topic for i in io.inputs] == ["/front/image_raw", "/rear/image_raw"]
@@ -106,7 +99,7 @@ def test_pause_check_and_a_whole_rig_reset(ros_node):
     settings = build_settings({**PARAMS, "cameras.front.camera_info_topic": "/front/info"})
     paused = [False]
     clock = iter(np.arange(0.0, 100.0, 0.001)).__next__
-    io = RigIO(ros_node, settings, SeparateStreams(("front", "rear")), rig_tree(),
+    io = RigIO(ros_node, settings, rig_session(("front", "rear")), rig_tree(),
                log=logging.getLogger("test_rig_io"), clock=clock, paused=lambda: paused[0])
     try:
         assert [s.topic_name for s in io._subs] == ["/front/info"]

@@ -12,20 +12,15 @@ import pytest
 from lingbot_ros.ros.params.node_config import NodeConfig
 from lingbot_ros.ros.tf.frame_chain import FrameChain
 
+from tests.ros.rig_streams import rclpy_node
+
 NODE = "rig_outputs"
 
 
 @pytest.fixture
 def ros_node():
-    import rclpy
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    node = rclpy.create_node(NODE, context=context)
-    try:
+    with rclpy_node(NODE) as node:
         yield node
-    finally:
-        node.destroy_node()
-        rclpy.shutdown(context=context)
 
 
 def keyframe(stamp_ns: int = 1_000_000_000, c2w=None):

@@ -1,7 +1,6 @@
-"""RigWorker without DDS: real tiny sessions on the CPU, one per camera, behind the
-multi-stream session's interface (``SeparateStreams``: submit_many / collect / reset /
-stream, each camera's frames handed to its own session: what part D's ``MultiStreamSession``
-equals per stream), the real ``RigGather`` on a fake clock and the real ``RigFusion``;
+"""RigWorker without DDS: a real ``MultiStreamSession`` of the tiny model on the CPU (one
+stream per camera, the batched step), the real ``RigGather`` on a fake clock and the real
+``RigFusion``;
 each camera's outputs and status, and the fused poses, recorded in plain lists.
 
 Two cameras see the same images (identical streams, identical poses): both publish every
@@ -24,7 +23,7 @@ from lingbot_ros.ros.status.telemetry import NodeTelemetry
 from lingbot_ros.ros.tf.rig_fusion import RigFusion, RigFusionConfig
 from lingbot_ros.ros.tf.robot_frames import RobotFrames
 from tests.ros.node_data import good_images, stamp_ns
-from tests.ros.rig_streams import SeparateStreams
+from tests.ros.rig_streams import rig_session
 
 NAMES = ("front", "rear")
 
@@ -86,7 +85,7 @@ class FakeClock:
 
 class Rig:
     def __init__(self, failback_frames: int = 2, max_wait_ms: float = 30.0) -> None:
-        self.session = SeparateStreams(NAMES)
+        self.session = rig_session(NAMES)
         self.units = {n: CameraUnit(n, RecordedOutputs(), RecordedStatus(), NodeTelemetry(),
                                     RobotFrames(NodeConfig(base_frame=""))) for n in NAMES}
         self.fusion = RigFusion(RigFusionConfig(NAMES, failback_frames=failback_frames))
@@ -134,7 +133,8 @@ def test_a_reset_primary_fails_over_without_a_jump_and_takes_back_over():
         rig.tick({"front": msg, "rear": msg})
     before = rig.fused.poses[-1]
     rig.worker.reset("front")
-    assert rig.session.resets == ["front"] and rig.units["front"].outputs.clears == 1
+    assert rig.session.info()["front"].frames_in == 0 and rig.units["front"].outputs.clears == 1
+    assert rig.session.info()["rear"].frames_in == 4  # the other camera untouched
     assert [(s.from_camera, s.to_camera, s.reason) for s in rig.worker.switches][1:] == [
         ("front", "rear", "reset")]
     rig.tick({"front": images[4], "rear": images[4]})
