@@ -16,6 +16,14 @@
 #   PART=V: verification after a restructure (the GPU issue's part 1): the GPU tests, the
 #           fast path vs eager torch_ref per keyframe policy (450 frames: pose <= 1e-2,
 #           keyframe decisions identical), and default:3000 (FPS, flatness, memory)
+#   PART=S: several cameras in one engine (issue 35): the batched step's GPU tests (FlashInfer
+#           B x S requests, eager and graph wrapper; the batched CUDA graphs against eager;
+#           the patch features), then lingbot-ros-bench --streams 1,2,4 (each N beside N
+#           separate sessions, same run)
+#   PART=L: loop closure (issue 34) on the GPU: the verification pass's cost (the pair in a
+#           fresh two-frame session) and the stream's FPS with the back end beside it
+#   Node variants at 30 Hz (loop.enable on/off, sliced vs blocking rollovers, one run):
+#           PART=N VARIANTS="base;sliced=session.rollover_mode:=sliced;loop=loop.enable:=true"
 # Results land in $OUT (or ./out).
 set -uo pipefail
 source scripts/gpu_env.sh
@@ -57,6 +65,22 @@ N)
   python3 scripts/node_bench.py --device cuda --preset official --rates "${RATES:-30:3000}" \
     --variants "${VARIANTS:-base;no_gc_freeze=gc_freeze:=false}" \
     --out "$OUT/node_bench_n.json" 2>&1 | grep -v "^ \|^{\|^}" | tail -40 | tee "$OUT/node_bench_n.log"
+  ;;
+S)
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+  S_TESTS="tests/attention/test_batch_requests.py tests/session/test_batch_graph.py"
+  python3 -m pytest ${GPU_TESTS:-$S_TESTS tests/session/test_features.py} \
+    -m gpu -q -p no:cacheprovider -rfE 2>&1 | tail -25 | tee "$OUT/pytest_gpu_s.log"
+  python3 -m lingbot_ros.tools.bench.cli --streams "${STREAMS:-1,2,4}" \
+    --streams-frames "${STREAMS_FRAMES:-1000}" --scale-bench-frames 0 --out "$OUT/bench_s.json" \
+    2>&1 | grep -v Warning | tee "$OUT/bench_s.log"
+  ;;
+L)
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+  python3 -m lingbot_ros.tools.bench.loop.verify_cost --preset official --device cuda \
+    2>&1 | tail -20 | tee "$OUT/loop_verify.log"
+  python3 -m lingbot_ros.tools.bench.loop.loop_stream_cost --preset official --device cuda \
+    --width 518 --height 392 2>&1 | tail -20 | tee "$OUT/loop_stream.log"
   ;;
 C)
   python3 -m lingbot_ros.tools.bench.cli --configs default:600,push:600 --rate 30 \
